@@ -1,0 +1,30 @@
+"""Sinks: where records go. Installed and imported as ``monitor_async.backends``.
+
+Sinks backed by optional libraries (wandb, rich, prometheus_client, ray) are
+imported on first use, so importing this package never imports them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from ._base import BaseSink, Sink, ThreadedSink
+from ._logger import LoggerSink, Report
+from ._memory import MemorySink
+
+if TYPE_CHECKING:
+    pass
+
+_LAZY: dict[str, str] = {}
+
+__all__ = ["BaseSink", "LoggerSink", "MemorySink", "Report", "Sink", "ThreadedSink", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'monitor_async.backends' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value

@@ -1,0 +1,45 @@
+"""MemorySink: records kept in a list, for tests and notebooks."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .._record import Record
+from ._base import BaseSink
+
+__all__ = ["MemorySink"]
+
+
+class MemorySink(BaseSink):
+    """Keeps every record it is given, in arrival order, in ``.records``.
+
+    Example:
+        >>> import asyncio
+        >>> from monitor_async import Monitor
+        >>> sink = MemorySink()
+        >>> class T:
+        ...     def stats(self):
+        ...         return {"x": 1}
+        >>> async def main():
+        ...     m = Monitor(sink)
+        ...     m.watch(T(), name="t")
+        ...     await m.step()
+        >>> asyncio.run(main())
+        >>> sink.records[0].metrics
+        {'t/x': 1.0}
+    """
+
+    def __init__(self, name: str | None = None) -> None:
+        self.name = name
+        self.records: list[Record] = []
+        self.flushes = 0
+
+    async def _write(self, records: Sequence[Record]) -> None:
+        self.records.extend(records)
+
+    async def _flush(self) -> None:
+        self.flushes += 1
+
+    def series(self, key: str) -> list[float]:
+        """The values of one metric key (``"<name>/<metric>"``) over time."""
+        return [r.metrics[key] for r in self.records if key in r.metrics]

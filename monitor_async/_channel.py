@@ -1,0 +1,131 @@
+"""The drop-oldest channel between the poll tasks and one sink, and its writer.
+
+Each sink gets one bounded ``asyncio.Queue``. :meth:`Channel.put` never
+waits: when the queue is full the *oldest* queued record is dropped and
+counted, so polling never waits for a sink and memory stays bounded. The
+writer task takes whatever is queued (up to ``max_batch`` records) and awaits
+one ``sink.write(batch)``; records of one watch reach the sink in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from ._errors import ErrorPolicy, log
+from ._record import Record
+
+__all__ = ["Channel"]
+
+
+class Channel:
+    """One sink, its queue, its writer task and its counters."""
+
+    def __init__(
+        self, sink: Any, label: str, queue_size: int, max_batch: int, errors: ErrorPolicy
+    ) -> None:
+        self.sink = sink
+        self.label = label
+        self.queue: asyncio.Queue[Record] = asyncio.Queue(queue_size)
+        self.max_batch = max_batch
+        self.errors = errors
+        self.written = 0
+        self.dropped = 0
+        self.failures = 0
+        self.write_seconds = 0.0
+        self.failing = False
+        self.dropping = False
+        self.task: asyncio.Task[None] | None = None
+
+    def put(self, record: Record) -> None:
+        """Queues ``record``, dropping the oldest queued record when full. Never waits."""
+        queue = self.queue
+        if queue.full():
+            queue.get_nowait()
+            queue.task_done()
+            self.dropped += 1
+            if not self.dropping:
+                self.dropping = True
+                log.warning(
+                    "sink %r is falling behind: dropping its oldest queued records "
+                    "(queue_size=%d); drops are counted in monitor.stats()['sink/%s/dropped']",
+                    self.label, queue.maxsize, self.label,
+                )
+        queue.put_nowait(record)
+
+    def _take(self, first: Record) -> list[Record]:
+        batch = [first]
+        queue = self.queue
+        limit = self.max_batch
+        while len(batch) < limit and not queue.empty():
+            batch.append(queue.get_nowait())
+        if queue.empty():
+            self.dropping = False
+        return batch
+
+    async def _write(self, batch: list[Record]) -> None:
+        start = time.perf_counter()
+        try:
+            await self.sink.write(batch)
+        except Exception as exc:  # noqa: BLE001 - reported through on_error
+            self.failures += 1
+            self.errors.report(
+                f"sink {self.label!r} failed to write {len(batch)} records: {exc!r}",
+                exc,
+                first=not self.failing,
+            )
+            self.failing = True
+        else:
+            self.written += len(batch)
+            self.failing = False
+        finally:
+            self.write_seconds += time.perf_counter() - start
+            for _ in batch:
+                self.queue.task_done()
+
+    async def run(self) -> None:
+        """The writer task: batch, write, repeat until cancelled."""
+        queue = self.queue
+        while True:
+            await self._write(self._take(await queue.get()))
+
+    async def drain(self) -> None:
+        """Writes everything queued now, in the calling task (manual mode)."""
+        queue = self.queue
+        while not queue.empty():
+            await self._write(self._take(queue.get_nowait()))
+
+    async def settle(self) -> None:
+        """Returns once every record queued so far has been written (or failed)."""
+        if self.task is not None and not self.task.done():
+            await self.queue.join()
+        else:
+            await self.drain()
+
+    def start(self) -> None:
+        if self.task is None or self.task.done():
+            self.task = asyncio.get_running_loop().create_task(
+                self.run(), name=f"monitor-async sink {self.label}"
+            )
+
+    async def halt(self) -> None:
+        """Cancels the writer task and waits for it."""
+        task, self.task = self.task, None
+        if task is not None and not task.done():
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                if (current := asyncio.current_task()) is not None and current.cancelling():
+                    raise
+
+    def abandon(self) -> int:
+        """Forgets what is still queued (a hung sink at stop); returns how many."""
+        lost = 0
+        while not self.queue.empty():
+            self.queue.get_nowait()
+            self.queue.task_done()
+            lost += 1
+        self.dropped += lost
+        return lost

@@ -1,0 +1,49 @@
+"""The ``on_error`` policy: one warning per failure streak, or stop and re-raise."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Literal
+
+__all__ = ["ON_ERROR", "ErrorPolicy", "OnError", "log"]
+
+log = logging.getLogger("monitor_async")
+
+OnError = Literal["warn", "raise", "ignore"]
+ON_ERROR: tuple[str, ...] = ("warn", "raise", "ignore")
+
+
+class ErrorPolicy:
+    """Reports failures of watches and sinks as ``on_error`` says.
+
+    ``"warn"`` logs the first failure of a streak (the caller tracks streaks
+    and passes ``first``); ``"ignore"`` stays silent; ``"raise"`` keeps the
+    first error for :meth:`take` and calls ``on_fatal`` so that background
+    polling stops instead of going on in a broken state.
+    """
+
+    def __init__(self, mode: OnError) -> None:
+        self.mode = mode
+        self.error: BaseException | None = None
+        self.raised = False
+        self.on_fatal: Callable[[], None] | None = None
+
+    def report(self, message: str, exc: BaseException | None, *, first: bool) -> None:
+        if self.mode == "raise" and exc is not None:
+            if self.error is None:
+                self.error = exc
+                if self.on_fatal is not None:
+                    self.on_fatal()
+            elif exc is not self.error:
+                log.warning("%s (after an earlier error that stopped the monitor)", message)
+            return
+        if self.mode == "warn" and first:
+            log.warning("%s; further failures are counted in monitor.stats() until it recovers", message)
+
+    def take(self) -> BaseException | None:
+        """The first error of ``"raise"`` mode, once."""
+        if self.error is None or self.raised:
+            return None
+        self.raised = True
+        return self.error
