@@ -1,0 +1,209 @@
+"""PrometheusSink: scraped over real HTTP from prometheus_client's own server, parsed with its parser."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+
+import pytest
+
+pytest.importorskip("prometheus_client")
+
+from monitor_async.backends import PrometheusSink
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from monitor_async import Monitor
+
+Samples = dict[tuple[str, str | None], float]
+
+
+def parse(text: str) -> Samples:
+    return {
+        (sample.name, sample.labels.get("watch")): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+async def scrape(url: str) -> Samples:
+    def get() -> str:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            assert response.status == 200
+            return str(response.read().decode())
+
+    return parse(await asyncio.to_thread(get))
+
+
+class Counter:
+    def __init__(self, **values: float) -> None:
+        self.values = dict(values)
+
+    def stats(self) -> dict[str, float]:
+        return dict(self.values)
+
+
+async def test_scrape_shows_latest_value_of_every_watch_as_labelled_gauges() -> None:
+    collector = Counter(frames=100, episodes=2)
+    buffer = Counter(size=10)
+    async with PrometheusSink(port=0) as sink:
+        assert sink.host == "127.0.0.1"
+        assert isinstance(sink.port, int) and sink.port > 0
+        monitor = Monitor(sink)
+        monitor.watch(collector, name="collector")
+        monitor.watch(buffer, name="rb")
+        await monitor.step()
+        first = await scrape(sink.url)
+        assert first[("monitor_async_frames", "collector")] == 100.0
+        assert first[("monitor_async_episodes", "collector")] == 2.0
+        assert first[("monitor_async_size", "rb")] == 10.0
+        assert ("monitor_async_size", "collector") not in first
+
+        collector.values["frames"] = 250
+        buffer.values["size"] = 40
+        await monitor.step()
+        second = await scrape(sink.url)
+        assert second[("monitor_async_frames", "collector")] == 250.0
+        assert second[("monitor_async_size", "rb")] == 40.0
+        # rates derived by the monitor are exported like any other metric
+        assert second[("monitor_async_frames_per_second", "collector")] > 0
+        stamp = second[("monitor_async_last_record_timestamp_seconds", "rb")]
+        assert stamp >= first[("monitor_async_last_record_timestamp_seconds", "rb")]
+
+
+async def test_background_monitor_updates_what_a_scrape_sees() -> None:
+    class Ticking:
+        def __init__(self) -> None:
+            self.n = 0
+
+        def stats(self) -> dict[str, int]:
+            self.n += 1
+            return {"ticks": self.n}
+
+    seen: list[float] = []
+    async with PrometheusSink(port=0) as sink:
+        monitor = Monitor(sink, poll_interval=0.05)
+        monitor.watch(Ticking(), name="ticking")
+        async with monitor:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 20
+            while len(set(seen)) < 3 and loop.time() < deadline:
+                value = (await scrape(sink.url)).get(("monitor_async_ticks", "ticking"))
+                if value is not None:
+                    seen.append(value)
+                await asyncio.sleep(0.05)
+    assert len(set(seen)) >= 3, f"scrapes never saw the value move: {seen}"
+    assert seen == sorted(seen)
+
+
+async def test_metric_names_are_sanitised_and_parse() -> None:
+    target = Counter(**{"loss.mean": 0.5, "gpu:0-util": 80, "9lives": 9})
+    target.values["env/reward"] = 1.25  # flattened nested key
+    async with PrometheusSink(port=0) as sink:
+        monitor = Monitor(sink)
+        monitor.watch(target, name="learner")
+        await monitor.step()
+        samples = await scrape(sink.url)
+    assert samples[("monitor_async_loss_mean", "learner")] == 0.5
+    assert samples[("monitor_async_gpu_0_util", "learner")] == 80.0
+    assert samples[("monitor_async_9lives", "learner")] == 9.0
+    assert samples[("monitor_async_env_reward", "learner")] == 1.25
+
+
+async def test_series_are_capped_with_one_warning_and_existing_ones_keep_updating(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    target = Counter(a=1, b=2, c=3)
+    async with PrometheusSink(port=0, max_series=2, name="prom") as sink:
+        monitor = Monitor(sink)
+        monitor.watch(target, name="w")
+        with caplog.at_level(logging.WARNING, logger="monitor_async"):
+            await monitor.step()
+            target.values.update(a=10, b=20, c=30, d=40)
+            await monitor.step()
+        samples = await scrape(sink.url)
+    gauges = {k: v for k, v in samples.items() if not k[0].endswith("timestamp_seconds")}
+    assert gauges == {("monitor_async_a", "w"): 10.0, ("monitor_async_b", "w"): 20.0}
+    assert sink.series_dropped == 3  # c on the first write, c and d on the second
+    warnings = [r for r in caplog.records if "max_series" in r.getMessage()]
+    assert len(warnings) == 1
+    assert "'prom'" in warnings[0].getMessage()
+
+
+async def test_close_stops_the_server() -> None:
+    sink = PrometheusSink(port=0)
+    async with sink:
+        url = sink.url
+        await scrape(url)
+    with pytest.raises(urllib.error.URLError):
+        await scrape(url)
+    await sink.close()  # idempotent
+
+
+async def test_port_in_use_is_an_error_naming_the_sink() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        sink = PrometheusSink(port=port, name="exporter")
+        with pytest.raises(OSError, match=rf"'exporter'.*127\.0\.0\.1:{port}"):
+            await sink.open()
+
+
+def test_bad_configuration_fails_at_construction() -> None:
+    with pytest.raises(ValueError, match="port"):
+        PrometheusSink(port=70000)
+    with pytest.raises(ValueError, match="max_series"):
+        PrometheusSink(max_series=0)
+    with pytest.raises(ValueError, match="namespace"):
+        PrometheusSink(namespace="my-app")
+
+
+async def test_user_registry_receives_the_values_and_is_released_on_close() -> None:
+    registry = CollectorRegistry()
+    sink = PrometheusSink(port=None, registry=registry, namespace="trainer")
+    monitor = Monitor(sink)
+    monitor.watch(Counter(frames=5), name="collector")
+    await monitor.step()
+    assert parse(generate_latest(registry).decode())[("trainer_frames", "collector")] == 5.0
+    with pytest.raises(RuntimeError, match="not serving"):
+        sink.url  # noqa: B018 - port=None opens no port
+    await sink.close()
+    assert parse(generate_latest(registry).decode()) == {}
+
+
+async def test_asgi_app_serves_the_registry_from_an_async_server() -> None:
+    uvicorn = pytest.importorskip("uvicorn")
+    sink = PrometheusSink(port=None)
+    monitor = Monitor(sink)
+    monitor.watch(Counter(requests=7), name="server")
+    await monitor.step()
+    server = uvicorn.Server(uvicorn.Config(sink.asgi_app(), lifespan="off", log_level="warning"))
+    # a listening socket of our own: connections wait in its backlog until uvicorn serves them
+    listener = socket.create_server(("127.0.0.1", 0))
+    task = asyncio.create_task(server.serve(sockets=[listener]))
+    try:
+        port = listener.getsockname()[1]
+        samples = await scrape(f"http://127.0.0.1:{port}/")
+        assert samples[("monitor_async_requests", "server")] == 7.0
+    finally:
+        server.should_exit = True
+        await task
+        listener.close()
+    await sink.close()
+
+
+def test_importing_backends_imports_no_optional_library() -> None:
+    code = (
+        "import sys, monitor_async, monitor_async.backends, monitor_async.targets\n"
+        "loaded = [m for m in ('prometheus_client', 'ray', 'psutil') if m in sys.modules]\n"
+        "assert not loaded, loaded\n"
+        "from monitor_async.backends import PrometheusSink\n"
+        "assert 'prometheus_client' in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
