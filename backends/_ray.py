@@ -1,0 +1,212 @@
+"""RaySink: one sink hosted in a Ray actor, shared by monitors in many processes or on many nodes."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from .._record import Record
+from ._base import BaseSink
+
+try:
+    import ray
+    from ray.exceptions import RayActorError
+except ImportError as exc:  # pragma: no cover - depends on the install
+    raise ImportError("RaySink needs Ray: pip install 'monitor-async[ray]'") from exc
+
+__all__ = ["RaySink"]
+
+
+class _SinkHost:
+    """The actor body: owns the real sink; its async methods run on the actor's event loop.
+
+    One lock serialises every call into the hosted sink, so batches from
+    different monitors never interleave inside one ``write`` and a lazy open
+    happens once.
+    """
+
+    def __init__(self, sink_cls: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        self.sink = sink_cls(*args, **kwargs)
+        self.lock = asyncio.Lock()
+
+    async def ready(self) -> None:
+        async with self.lock:
+            opener = getattr(self.sink, "open", None)
+            if callable(opener) and inspect.iscoroutinefunction(opener):
+                await opener()
+
+    async def write(self, records: Sequence[Record]) -> None:
+        async with self.lock:
+            await self.sink.write(records)
+
+    async def flush(self) -> None:
+        async with self.lock:
+            await self.sink.flush()
+
+    async def close(self) -> None:
+        async with self.lock:
+            await self.sink.close()
+
+    async def call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        async with self.lock:
+            result = getattr(self.sink, method)
+            if not callable(result):
+                return result
+            result = result(*args, **kwargs)
+            if inspect.isawaitable(result):
+                result = await result
+            return result
+
+
+_RemoteHost: Any = ray.remote(_SinkHost)
+
+
+def _reconnect(actor: Any, name: str) -> RaySink:
+    return RaySink._from_handle(actor, name)
+
+
+class RaySink(BaseSink):
+    """Builds ``sink_cls(*args, **kwargs)`` inside a Ray actor and forwards writes to it.
+
+    Guarantees:
+        - The hosted sink lives in one async Ray actor; its coroutines run on
+          the actor's event loop (a :class:`~monitor_async.backends.ThreadedSink`
+          keeps its own worker thread there). ``write``, ``flush`` and
+          ``close`` are awaited actor calls: when ``write`` returns, the
+          hosted sink has written the batch.
+        - Calls into the hosted sink run one at a time. Records of one
+          monitor keep their order (the monitor awaits each write before the
+          next); batches from different monitors interleave whole.
+        - Sharing: the handle is picklable (pass it to Ray tasks, actors or
+          ``multiprocessing`` children of a Ray driver), and with
+          ``actor_options={"name": ...}`` any process of the job can fetch it
+          with :meth:`connect`. Many monitors can so write into one
+          TensorBoard folder, CSV/JSONL file or wandb run.
+        - Ownership: only the handle that built the actor closes the hosted
+          sink and ends the actor on ``close()``; copies and connected
+          handles only flush on ``close()``. Close the owner last.
+        - Errors raised by the hosted sink come back from the awaited call
+          (Ray wraps them so they are also instances of the original
+          exception type); an actor that cannot build its sink raises a
+          ``RuntimeError`` naming the sink on the first call.
+
+    ``actor_options`` go to ``ray.remote(...).options()``; the default
+    ``{"num_cpus": 0}`` lets the (I/O bound) sink actor sit next to tasks
+    on a busy cluster. The actor is created when the sink is constructed;
+    call ``ray.init()`` before to pick the cluster.
+
+    Example:
+        >>> import asyncio, ray
+        >>> from monitor_async import Monitor
+        >>> from monitor_async.backends import MemorySink
+        >>> ray.init(num_cpus=1)  # doctest: +SKIP
+        >>> sink = RaySink(MemorySink, actor_options={"name": "metrics"})
+        >>> class Buffer:
+        ...     def stats(self):
+        ...         return {"size": 3}
+        >>> async def main():
+        ...     monitor = Monitor(sink)
+        ...     monitor.watch(Buffer(), name="rb")
+        ...     await monitor.step()
+        ...     return await sink.call("series", "rb/size")
+        >>> asyncio.run(main())
+        [3.0]
+    """
+
+    def __init__(
+        self,
+        sink_cls: Callable[..., Any],
+        *args: Any,
+        actor_options: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if not callable(sink_cls):
+            raise TypeError(f"RaySink: sink_cls must be a sink class or factory, got {sink_cls!r}")
+        options = {"num_cpus": 0, **(actor_options or {})}
+        inner = options.get("name") or kwargs.get("name") or getattr(sink_cls, "__name__", "sink").lower()
+        self.name = f"ray_{inner}"
+        try:
+            self._actor: Any = _RemoteHost.options(**options).remote(sink_cls, args, kwargs)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"RaySink {self.label!r}: bad actor_options {dict(options)!r}: {exc}") from exc
+        self._owner = True
+
+    @classmethod
+    def connect(cls, name: str, *, namespace: str | None = None) -> RaySink:
+        """A handle to the RaySink actor created with ``actor_options={"name": name}``.
+
+        The handle writes and flushes; its ``close()`` only flushes (the
+        creating handle owns the sink). Raises ``ValueError`` when no such
+        actor exists in the namespace.
+        """
+        try:
+            actor = ray.get_actor(name, namespace=namespace)
+        except ValueError as exc:
+            raise ValueError(
+                f"RaySink.connect: no Ray actor named {name!r}"
+                f"{'' if namespace is None else f' in namespace {namespace!r}'}; "
+                "create it with RaySink(..., actor_options={'name': ...}) first"
+            ) from exc
+        return cls._from_handle(actor, f"ray_{name}")
+
+    @classmethod
+    def _from_handle(cls, actor: Any, name: str) -> RaySink:
+        sink = cls.__new__(cls)
+        sink.name = name
+        sink._actor = actor
+        sink._owner = False
+        return sink
+
+    def __reduce__(self) -> tuple[Callable[..., RaySink], tuple[Any, str]]:
+        return _reconnect, (self._actor, self.label)
+
+    @property
+    def actor(self) -> Any:
+        """The Ray actor handle hosting the sink."""
+        return self._actor
+
+    async def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Calls ``method(*args, **kwargs)`` on the hosted sink, in the actor, and returns the result.
+
+        Awaits the result when it is awaitable; a non-callable attribute is
+        returned as is. The result must be picklable. Useful to read back a
+        hosted :class:`MemorySink` (``await sink.call("records")``) or to ask
+        a hosted sink where it writes. Runs under the same lock as writes.
+        """
+        return await self._remote("call", method, args, kwargs)
+
+    async def _remote(self, method: str, *args: Any) -> Any:
+        try:
+            return await getattr(self._actor, method).remote(*args)
+        except RayActorError as exc:
+            lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+            raise RuntimeError(
+                f"RaySink {self.label!r}: the Ray actor hosting the sink is unavailable "
+                f"(it failed to build the sink, was closed by its owner, or died): {lines[-1] if lines else exc!r}"
+            ) from exc
+
+    async def _open(self) -> None:
+        await self._remote("ready")
+
+    async def _write(self, records: Sequence[Record]) -> None:
+        await self._remote("write", list(records))
+
+    async def flush(self) -> None:
+        """Flushes the hosted sink (also when this handle wrote nothing: others may have)."""
+        if not self._closed:
+            await self._remote("flush")
+
+    async def close(self) -> None:
+        """Owner: closes the hosted sink and ends the actor. Other handles: flush only. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if not self._owner:
+            await self._remote("flush")
+            return
+        try:
+            await self._remote("close")
+        finally:
+            ray.kill(self._actor, no_restart=True)
