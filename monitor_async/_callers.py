@@ -1,31 +1,35 @@
 """How a watch calls its target's ``stats()``: one small strategy per way.
 
 - :class:`InlineCaller` calls ``stats()`` on the event loop. Cheapest; the
-  result may be a mapping or an awaitable (``async def stats``). In ``auto``
-  mode it times each call and asks to be moved to a thread when the calls
-  turn out slow.
+  result may be a mapping or an awaitable (``async def stats``, a future).
+  In ``auto`` mode it times each call and asks to be moved to a thread when
+  the calls turn out slow.
 - :class:`ThreadCaller` runs a blocking ``stats()`` on the monitor's daemon
   worker pool (IPC proxies, locks, remote calls).
 - :class:`RemoteCaller` calls ``handle.stats.remote(**kwargs)`` on a Ray
-  actor handle and awaits the ``ObjectRef``; Ray is never imported here.
+  actor handle (anything whose ``stats`` has a ``.remote``) and awaits the
+  ``ObjectRef`` through its ``future()``, without ``ray.get`` on the loop.
+  Ray is never imported here.
 
 A thread or remote call that times out is abandoned, not cancelled (neither
-can be); until it returns the watch reports itself *busy* and gets no new
-call, so a hung target never piles up threads or queued actor calls.
+can be): until it returns the caller raises :class:`Busy`, so a hung target
+never piles up threads or queued actor calls. A call whose awaiting task was
+cancelled without timing out (``stop()``, a cancelled ``step()``) is joined
+by the next poll instead of being started again.
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
-from collections.abc import Awaitable, Callable
+from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future
 from multiprocessing.managers import BaseProxy
 from time import perf_counter
 from typing import Any, Literal
 
-from ._threads import WorkerPool
+from ._threads import WorkerPool, wait_future
 
 __all__ = [
     "Busy",
@@ -43,11 +47,17 @@ OFFLOADS: tuple[str, ...] = ("auto", "inline", "thread")
 SLOW_CALL_SECONDS = 0.005
 """An inline ``stats()`` slower than this counts as slow in ``auto`` mode."""
 SLOW_CALLS_TO_PROMOTE = 3
-"""This many slow inline calls move an ``auto`` target to a thread."""
+"""This many slow inline calls ..."""
+SLOW_CALLS_WINDOW = 10
+"""... among this many consecutive calls move an ``auto`` target to a thread.
+
+A window rather than a lifetime count: a cheap ``stats()`` that hits a GC
+pause or a busy machine now and then stays inline.
+"""
 
 
 class Busy(Exception):
-    """The previous call of this watch has not returned yet; this poll is skipped."""
+    """The previous call of this watch timed out and has not returned yet; this poll is skipped."""
 
 
 class Caller:
@@ -55,6 +65,11 @@ class Caller:
 
     mode: str = ""
     wants_thread = False
+
+    @property
+    def busy(self) -> bool:
+        """Whether a timed-out call is still running (new polls are skipped)."""
+        return False
 
     def call(self) -> Any:
         """The mapping, or an awaitable of it."""
@@ -65,43 +80,72 @@ class Caller:
 
 
 class InlineCaller(Caller):
-    """Calls ``stats()`` directly on the event loop."""
+    """Calls ``stats()`` directly on the event loop.
+
+    With ``auto=True`` it times each call; when :data:`SLOW_CALLS_TO_PROMOTE`
+    of the last :data:`SLOW_CALLS_WINDOW` calls took longer than
+    :data:`SLOW_CALL_SECONDS` it sets ``wants_thread`` and the poller moves
+    the watch to a :class:`ThreadCaller`. A call that returns an awaitable is
+    never counted: its awaitable may belong to this loop.
+    """
 
     mode = "inline"
 
     def __init__(self, fn: Callable[[], Any], *, auto: bool) -> None:
         self.fn = fn
         self._auto = auto
-        self._slow = 0
+        self._calls = 0
+        self._slow: deque[int] = deque(maxlen=SLOW_CALLS_TO_PROMOTE)
 
     def call(self) -> Any:
         if not self._auto:
             return self.fn()
         start = perf_counter()
         result = self.fn()
-        if perf_counter() - start > SLOW_CALL_SECONDS:
-            self._slow += 1
-            if self._slow >= SLOW_CALLS_TO_PROMOTE:
+        self._calls += 1
+        if perf_counter() - start > SLOW_CALL_SECONDS and not inspect.isawaitable(result):
+            slow = self._slow
+            slow.append(self._calls)
+            if len(slow) == SLOW_CALLS_TO_PROMOTE and self._calls - slow[0] < SLOW_CALLS_WINDOW:
                 self.wants_thread = True
         return result
 
 
 class _FutureCaller(Caller):
-    """Shared busy/abandon logic for calls that complete on another thread or process."""
+    """Shared busy/join/abandon logic for calls that complete on another thread or process."""
 
     def __init__(self) -> None:
         self._pending: Future[Any] | None = None
+        self._abandoned = False
+
+    @property
+    def busy(self) -> bool:
+        pending = self._pending
+        return self._abandoned and pending is not None and not pending.done()
 
     def _begin(self) -> Future[Any]:
         raise NotImplementedError
 
-    def call(self) -> Awaitable[Any]:
-        if self._pending is not None and not self._pending.done():
+    def call(self) -> Any:
+        pending = self._pending
+        if pending is None or pending.done():
+            pending = self._pending = self._begin()
+            self._abandoned = False
+        elif self._abandoned:
             raise Busy
-        fut = self._pending = self._begin()
-        # shield: a timeout must not cancel the call's own future, whose
-        # completion is what ends the busy state.
-        return asyncio.shield(asyncio.wrap_future(fut))
+        # else: the task that awaited this call was cancelled; join the call in flight
+        return _result(pending)
+
+    def timed_out(self) -> None:
+        self._abandoned = True
+
+
+async def _result(pending: Future[Any]) -> Any:
+    """The call's result; an awaitable result (a coroutine, an ObjectRef) is awaited too."""
+    result = await wait_future(pending)
+    if type(result) is not dict and inspect.isawaitable(result):
+        result = await result
+    return result
 
 
 class ThreadCaller(_FutureCaller):
@@ -111,19 +155,20 @@ class ThreadCaller(_FutureCaller):
 
     def __init__(self, fn: Callable[[], Any], pool: WorkerPool) -> None:
         super().__init__()
-        self._fn = fn
+        self.fn = fn
         self._pool = pool
 
     def _begin(self) -> Future[Any]:
-        return self._pool.submit(self._fn)
+        return self._pool.submit(self.fn)
 
     def timed_out(self) -> None:
+        super().timed_out()
         if self._pending is not None:
             self._pool.abandon(self._pending)
 
 
 class RemoteCaller(_FutureCaller):
-    """Calls ``stats.remote(**kwargs)`` on a Ray actor handle."""
+    """Calls ``stats.remote(**kwargs)`` on a Ray actor handle and awaits the ObjectRef."""
 
     mode = "remote"
 
@@ -138,7 +183,8 @@ class RemoteCaller(_FutureCaller):
         return fut
 
 
-def _is_blocking_proxy(target: object, fn: object) -> bool:
+def is_blocking_proxy(target: object, fn: object) -> bool:
+    """A ``multiprocessing`` manager proxy, or a bound method of one: every call is a blocking IPC round trip."""
     return isinstance(target, BaseProxy) or isinstance(getattr(fn, "__self__", None), BaseProxy)
 
 
@@ -149,13 +195,18 @@ def make_caller(
     offload: str,
     pool: Callable[[], WorkerPool],
 ) -> Caller:
-    """Picks the strategy for ``fn`` (``target.stats`` or the user's ``stats_fn``)."""
+    """Picks the strategy for ``fn`` (``target.stats`` or the user's ``stats_fn``).
+
+    A Ray handle (``fn.remote`` exists) is always remote and an ``async def``
+    always runs on the loop, whatever ``offload`` says: ``offload`` is about
+    where a *sync* ``stats()`` runs.
+    """
     remote = getattr(fn, "remote", None)
     if callable(remote) and not inspect.isroutine(fn):
         return RemoteCaller(remote, kwargs)
     bound: Callable[[], Any] = functools.partial(fn, **kwargs) if kwargs else fn
     if inspect.iscoroutinefunction(fn) or offload == "inline":
         return InlineCaller(bound, auto=False)
-    if offload == "thread" or _is_blocking_proxy(target, fn):
+    if offload == "thread" or is_blocking_proxy(target, fn):
         return ThreadCaller(bound, pool())
     return InlineCaller(bound, auto=True)
