@@ -10,6 +10,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from ._base import BaseSink, Sink, ThreadedSink
+from ._csv import CSVSink
+from ._jsonl import JSONLSink
 from ._logger import LoggerSink, Report
 from ._memory import MemorySink
 
@@ -18,7 +20,7 @@ if TYPE_CHECKING:
 
 _LAZY: dict[str, str] = {}
 
-__all__ = ["BaseSink", "LoggerSink", "MemorySink", "Report", "Sink", "ThreadedSink", *_LAZY]
+__all__ = ["BaseSink", "CSVSink", "JSONLSink", "LoggerSink", "MemorySink", "Report", "Sink", "ThreadedSink", *_LAZY]
 
 
 def __getattr__(name: str) -> Any:

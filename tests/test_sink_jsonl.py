@@ -1,0 +1,111 @@
+"""JSONLSink: one JSON object per record, read back with the json module."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from monitor_async.backends import JSONLSink
+
+from monitor_async import Monitor, Record
+
+
+class Collector:
+    def __init__(self) -> None:
+        self.frames = 0
+
+    def stats(self) -> dict[str, float]:
+        self.frames += 100
+        return {"frames": self.frames, "size": 7.25}
+
+
+def read(path: Path) -> list[dict[str, Any]]:
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+async def test_monitor_steps_read_back_with_json(tmp_path: Path) -> None:
+    path = tmp_path / "runs" / "metrics.jsonl"
+    sink = JSONLSink(path)
+    assert not path.parent.exists(), "constructing the sink must not touch the disk"
+    monitor = Monitor(sink, close_sinks=True)
+    monitor.watch(Collector(), name="collector", step="frames", rate_keys=[])
+    monitor.watch(Collector(), name="rb", rate_keys=[])
+    start = time.time()
+    returned = [await monitor.step() for _ in range(3)]
+    await monitor.stop(log_final=False)
+    end = time.time()
+    lines = read(path)
+    assert len(lines) == 6
+    assert all(set(line) == {"time", "name", "step", "metrics"} for line in lines)
+    assert all(start <= line["time"] <= end for line in lines)
+    assert [line["step"] for line in lines if line["name"] == "collector"] == [100, 200, 300]
+    assert [line["step"] for line in lines if line["name"] == "rb"] == [None, None, None]
+    assert [line["metrics"] for line in lines if line["name"] == "rb"] == [r["rb"] for r in returned]
+    assert lines[-1]["metrics"] == {"rb/frames": 300.0, "rb/size": 7.25}
+
+
+async def test_weird_names_stay_one_record_per_line(tmp_path: Path) -> None:
+    weird = ['a,b', 'say "hi"', "two\nlines", "carriage\rreturn", "tab\there", "ünï/cödé", "back\\slash"]
+
+    class Weird:
+        def stats(self) -> dict[str, float]:
+            return {name: float(i) for i, name in enumerate(weird)}
+
+    path = tmp_path / "weird.jsonl"
+    async with JSONLSink(path) as sink:
+        monitor = Monitor(sink)
+        monitor.watch(Weird(), name="odd\nwatch")
+        await monitor.step()
+        await monitor.step()
+    assert path.read_bytes().count(b"\n") == 2
+    lines = read(path)
+    assert [line["name"] for line in lines] == ["odd\nwatch", "odd\nwatch"]
+    assert lines[1]["metrics"] == {f"odd\nwatch/{name}": float(i) for i, name in enumerate(weird)}
+
+
+async def test_appends_to_an_existing_file_and_mends_a_torn_last_line(tmp_path: Path) -> None:
+    path = tmp_path / "m.jsonl"
+    path.write_text('{"time": 1.0, "name": "old", "step": null, "metrics": {}}\n{"time": 2.0, "na')
+    async with JSONLSink(path) as sink:
+        await sink.write([Record(name="new", step=4, time=3.0, metrics={"new/x": 3.0})])
+    raw = path.read_text().splitlines()
+    assert raw[:2] == ['{"time": 1.0, "name": "old", "step": null, "metrics": {}}', '{"time": 2.0, "na']
+    assert json.loads(raw[2]) == {"time": 3.0, "name": "new", "step": 4, "metrics": {"new/x": 3.0}}
+
+
+async def test_a_directory_path_is_reported_through_on_error(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    monitor = Monitor(JSONLSink(tmp_path), on_error="warn")
+    monitor.watch(Collector(), name="collector")
+    with caplog.at_level(logging.WARNING, logger="monitor_async"):
+        await monitor.step()
+    assert monitor.stats()["sink/jsonlsink/errors"] == 1.0
+    [warning] = [r.getMessage() for r in caplog.records if r.name == "monitor_async"]
+    assert "'jsonlsink'" in warning and "JSONLSink cannot append to" in warning and str(tmp_path) in warning
+
+
+async def test_writing_after_close_raises(tmp_path: Path) -> None:
+    sink = JSONLSink(tmp_path / "m.jsonl")
+    async with sink:
+        await sink.write([Record(name="t", step=None, time=1.0, metrics={"t/x": 1.0})])
+    with pytest.raises(RuntimeError, match="'jsonlsink' is closed"):
+        await sink.write([Record(name="t", step=None, time=2.0, metrics={"t/x": 2.0})])
+    assert len(read(tmp_path / "m.jsonl")) == 1
+
+
+async def test_a_large_batch_is_written_whole(tmp_path: Path) -> None:
+    records = [
+        Record(name=f"w{i % 7}", step=i, time=float(i), metrics={f"w{i % 7}/k{j}": i + j / 10 for j in range(12)})
+        for i in range(2000)
+    ]
+    async with JSONLSink(tmp_path / "big.jsonl", fsync=True) as sink:
+        await sink.write(records)
+    lines = read(tmp_path / "big.jsonl")
+    assert [line["step"] for line in lines] == list(range(2000))
+    assert lines[1234]["metrics"]["w2/k11"] == 1234 + 1.1
