@@ -12,15 +12,21 @@ from typing import TYPE_CHECKING, Any
 from ._base import BaseSink, Sink, ThreadedSink
 from ._csv import CSVSink
 from ._jsonl import JSONLSink
+from ._csv import CSVSink
+from ._jsonl import JSONLSink
 from ._logger import LoggerSink, Report
 from ._memory import MemorySink
+from ._tensorboard import TensorBoardSink
 
 if TYPE_CHECKING:
     pass
 
 _LAZY: dict[str, str] = {}
 
-__all__ = ["BaseSink", "CSVSink", "JSONLSink", "LoggerSink", "MemorySink", "Report", "Sink", "ThreadedSink", *_LAZY]
+__all__ = [
+    "BaseSink", "CSVSink", "JSONLSink", "LoggerSink", "MemorySink", "Report", "Sink", "TensorBoardSink",
+    "ThreadedSink", *_LAZY,
+]
 
 
 def __getattr__(name: str) -> Any:

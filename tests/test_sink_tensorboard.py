@@ -1,0 +1,98 @@
+"""TensorBoardSink: event files read back with TensorBoard's own EventAccumulator."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+from monitor_async.backends import TensorBoardSink
+from tensorboard.backend.event_processing import event_accumulator
+
+from monitor_async import Monitor, Record
+
+
+class Collector:
+    def __init__(self) -> None:
+        self.frames = 0
+
+    def stats(self) -> dict[str, float]:
+        self.frames += 100
+        return {"frames": self.frames, "size": 7.25}
+
+
+def scalars(log_dir: Path) -> dict[str, list[tuple[int, float, float]]]:
+    """``{tag: [(step, value, wall_time), ...]}`` as TensorBoard reads it."""
+    acc = event_accumulator.EventAccumulator(str(log_dir))
+    acc.Reload()
+    return {tag: [(e.step, e.value, e.wall_time) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+async def test_monitor_steps_read_back_by_tensorboard(tmp_path: Path) -> None:
+    log_dir = tmp_path / "tb"
+    sink = TensorBoardSink(log_dir)
+    assert not log_dir.exists(), "constructing the sink must not touch the disk"
+    monitor = Monitor(sink, close_sinks=True)
+    monitor.watch(Collector(), name="collector", step="frames", rate_keys=[])
+    monitor.watch(Collector(), name="rb", rate_keys=[])
+    for _ in range(3):
+        await monitor.step()
+    await monitor.stop(log_final=False)
+    got = scalars(log_dir)
+    assert set(got) == {"collector/frames", "collector/size", "rb/frames", "rb/size"}
+    assert [(s, v) for s, v, _ in got["collector/frames"]] == [(100, 100.0), (200, 200.0), (300, 300.0)]
+    assert [(s, v) for s, v, _ in got["rb/frames"]] == [(0, 100.0), (1, 200.0), (2, 300.0)]
+    assert [s for s, _, _ in got["rb/size"]] == [0, 1, 2]
+    assert all(v == 7.25 for _, v, _ in got["rb/size"])
+    times = [t for _, _, t in got["rb/frames"]]
+    assert times == sorted(times) and times[0] > 1e9
+
+
+async def test_walltime_is_the_record_time_and_tags_are_the_metric_keys(tmp_path: Path) -> None:
+    weird = {"w/a,b": 1.0, 'w/say "hi"': 2.0, "w/two words": 3.0, "w/ünï": 4.0}
+    async with TensorBoardSink(tmp_path) as sink:
+        await sink.write([Record(name="w", step=None, time=1700000000.5, metrics=weird)])
+        await sink.write([Record(name="w", step=None, time=1700000001.5, metrics=weird)])
+    got = scalars(tmp_path)
+    assert set(got) == set(weird)
+    for tag, value in weird.items():
+        assert got[tag] == [(0, value, 1700000000.5), (1, value, 1700000001.5)]
+
+
+async def test_flush_makes_events_visible_before_close(tmp_path: Path) -> None:
+    sink = TensorBoardSink(tmp_path, flush_secs=3600, max_queue=1000)
+    monitor = Monitor(sink)
+    monitor.watch(Collector(), name="c", rate_keys=[])
+    await monitor.step()
+    await monitor.step()
+    await monitor.flush()
+    assert [v for _, v, _ in scalars(tmp_path)["c/frames"]] == [100.0, 200.0]
+    await sink.close()
+
+
+async def test_a_log_dir_that_is_a_file_is_reported_through_on_error(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    not_a_dir = tmp_path / "events"
+    not_a_dir.write_text("")
+    monitor = Monitor(TensorBoardSink(not_a_dir, name="tb"), on_error="warn")
+    monitor.watch(Collector(), name="c")
+    with caplog.at_level(logging.WARNING, logger="monitor_async"):
+        await monitor.step()
+    assert monitor.stats()["sink/tb/errors"] == 1.0
+    [warning] = [r.getMessage() for r in caplog.records if r.name == "monitor_async"]
+    assert "'tb'" in warning and "TensorBoardSink cannot write event files under" in warning
+
+
+async def test_writing_after_close_raises(tmp_path: Path) -> None:
+    sink = TensorBoardSink(tmp_path)
+    async with sink:
+        await sink.write([Record(name="t", step=3, time=1.0, metrics={"t/x": 1.0})])
+    with pytest.raises(RuntimeError, match="'tensorboardsink' is closed"):
+        await sink.write([Record(name="t", step=4, time=2.0, metrics={"t/x": 2.0})])
+    assert scalars(tmp_path)["t/x"] == [(3, 1.0, 1.0)]
+
+
+def test_the_folder_is_given_once() -> None:
+    with pytest.raises(TypeError, match="pass the folder once"):
+        TensorBoardSink("a", logdir="b")
