@@ -12,8 +12,6 @@ from typing import TYPE_CHECKING, Any
 from ._base import BaseSink, Sink, ThreadedSink
 from ._csv import CSVSink
 from ._jsonl import JSONLSink
-from ._csv import CSVSink
-from ._jsonl import JSONLSink
 from ._logger import LoggerSink, Report
 from ._memory import MemorySink
 from ._tensorboard import TensorBoardSink
@@ -21,7 +19,9 @@ from ._tensorboard import TensorBoardSink
 if TYPE_CHECKING:
     pass
 
-_LAZY: dict[str, str] = {}
+_LAZY: dict[str, str] = {
+    "WandbSink": "._wandb",
+}
 
 __all__ = [
     "BaseSink", "CSVSink", "JSONLSink", "LoggerSink", "MemorySink", "Report", "Sink", "TensorBoardSink",

@@ -1,0 +1,105 @@
+"""WandbSink: real wandb in offline mode, read back with wandb's own transaction-log reader."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from monitor_async.backends import WandbSink
+
+from monitor_async import Monitor
+
+wandb = pytest.importorskip("wandb")
+
+
+class Collector:
+    def __init__(self) -> None:
+        self.frames = 0
+
+    def stats(self) -> dict[str, float]:
+        self.frames += 100
+        return {"frames": self.frames, "size": 7.25}
+
+
+@pytest.fixture
+def offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """wandb offline, writing under tmp_path; finishes any run a failing test left active."""
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    yield tmp_path
+    if wandb.run is not None:
+        wandb.run.finish()
+
+
+def transaction_log(wandb_dir: Path) -> list[dict[str, Any]]:
+    """The records of the single offline run under ``wandb_dir``, via ``wandb leet inspect --json``."""
+    [run_dir] = (wandb_dir / "wandb").glob("offline-run-*")
+    out = subprocess.run(
+        [sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(run_dir)],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+async def test_a_created_run_gets_one_axis_per_watch_and_is_finished(offline: Path) -> None:
+    sink = WandbSink(project="monitor-async-tests", dir=str(offline))
+    assert wandb.run is None, "constructing the sink does not start a run"
+    monitor = Monitor(sink, close_sinks=True)
+    monitor.watch(Collector(), name="collector", step="frames", rate_keys=[])
+    monitor.watch(Collector(), name="rb", rate_keys=[])
+    for _ in range(3):
+        await monitor.step()
+    assert sink.run.summary["collector/frames"] == 300
+    await monitor.stop(log_final=False)
+    assert wandb.run is None, "the sink finishes the run it created"
+    assert monitor.stats()["sink/wandbsink/errors"] == 0.0
+
+    records = transaction_log(offline)
+    metrics = [r["metric"] for r in records if r["type"] == "metric"]
+    for name in ("collector", "rb"):
+        assert {"name": f"{name}/step", "options": {"defined": True}} in metrics
+        assert any(m.get("glob_name") == f"{name}/*" and m.get("step_metric") == f"{name}/step" for m in metrics)
+    history = [r["history"]["item"] for r in records if r["type"] == "history"]
+    collector = [(h["collector/step"], h["collector/frames"]) for h in history if "collector/step" in h]
+    assert collector == [(100, 100), (200, 200), (300, 300)]
+    rb = [(h["rb/step"], h["rb/frames"], h["rb/size"]) for h in history if "rb/step" in h]
+    assert rb == [(0, 100, 7.25), (1, 200, 7.25), (2, 300, 7.25)]
+    assert all(not any(k.startswith("collector/") for k in h) for h in history if "rb/step" in h)
+    [run] = [r["run"] for r in records if r["type"] == "run"]
+    assert run["project"] == "monitor-async-tests"
+
+
+async def test_a_given_or_active_run_is_used_and_left_running(offline: Path) -> None:
+    run = wandb.init(project="monitor-async-tests", dir=str(offline))
+    given, active = WandbSink(run, name="given"), WandbSink(name="active")
+    monitor = Monitor([given, active], close_sinks=True)
+    monitor.watch(Collector(), name="a", rate_keys=[])
+    await monitor.step()
+    await monitor.stop(log_final=False)
+    assert given.run is run and active.run is run
+    assert wandb.run is run, "a run the sinks did not create is not finished by them"
+    run.log({"user/metric": 1.0})
+    assert run.summary["a/frames"] == 100 and run.summary["a/step"] == 0
+    run.finish()
+    history = [r["history"]["item"] for r in transaction_log(offline) if r["type"] == "history"]
+    assert [h["a/frames"] for h in history if "a/frames" in h] == [100, 100]
+    assert "user/metric" in history[-1]
+
+
+async def test_writing_after_close_raises(offline: Path) -> None:
+    sink = WandbSink(mode="offline", dir=str(offline))
+    await sink.close()  # never opened: no run was created
+    assert wandb.run is None
+    with pytest.raises(RuntimeError, match="'wandbsink' is closed"):
+        await sink.write([])
+
+
+def test_a_run_and_init_arguments_together_are_rejected() -> None:
+    with pytest.raises(ValueError, match="pass one or the other"):
+        WandbSink(object(), project="x")
