@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     pass
 
 _LAZY: dict[str, str] = {
+    "ConsoleSink": "._console",
     "WandbSink": "._wandb",
 }
 
