@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 _LAZY: dict[str, str] = {
     "ConsoleSink": "._console",
     "WandbSink": "._wandb",
+    "PrometheusSink": "._prometheus",
+    "RaySink": "._ray",
 }
 
 __all__ = [
