@@ -57,7 +57,7 @@ pause or a busy machine now and then stays inline.
 
 
 class Busy(Exception):
-    """The previous call of this watch timed out and has not returned yet; this poll is skipped."""
+    """The previous call of this watch is still running and nobody needs a second one; this poll is skipped."""
 
 
 class Caller:
@@ -117,6 +117,7 @@ class _FutureCaller(Caller):
     def __init__(self) -> None:
         self._pending: Future[Any] | None = None
         self._abandoned = False
+        self._waiting = 0
 
     @property
     def busy(self) -> bool:
@@ -131,21 +132,27 @@ class _FutureCaller(Caller):
         if pending is None or pending.done():
             pending = self._pending = self._begin()
             self._abandoned = False
-        elif self._abandoned:
+        elif self._abandoned or self._waiting:
+            # timed out and still running, or another poll (a step() during
+            # background polling) already waits for it: skip this poll
             raise Busy
-        # else: the task that awaited this call was cancelled; join the call in flight
-        return _result(pending)
+        # else: the poll that waited for the call in flight was cancelled
+        # (stop(), a cancelled step()): join that call instead of starting another
+        return self._result(pending)
 
     def timed_out(self) -> None:
         self._abandoned = True
 
-
-async def _result(pending: Future[Any]) -> Any:
-    """The call's result; an awaitable result (a coroutine, an ObjectRef) is awaited too."""
-    result = await wait_future(pending)
-    if type(result) is not dict and inspect.isawaitable(result):
-        result = await result
-    return result
+    async def _result(self, pending: Future[Any]) -> Any:
+        """The call's result; an awaitable result (a coroutine, an ObjectRef) is awaited too."""
+        self._waiting += 1
+        try:
+            result = await wait_future(pending)
+        finally:
+            self._waiting -= 1
+        if type(result) is not dict and inspect.isawaitable(result):
+            result = await result
+        return result
 
 
 class ThreadCaller(_FutureCaller):

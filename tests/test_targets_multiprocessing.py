@@ -113,7 +113,9 @@ async def test_proxy_fed_by_a_worker_process_in_background(manager: Any) -> None
         worker.join(5)
     steps = [r.step for r in sink.records]
     assert len(steps) >= 4
-    assert all(b > a for a, b in itertools.pairwise(steps))
+    # each counter crossing is a new step; the final snapshot at stop may repeat the last one
+    assert all(b > a for a, b in itertools.pairwise(steps[:-1])), steps
+    assert steps[-1] >= steps[-2]
     assert all("collector/frames_per_second" in r.metrics for r in sink.records[1:-1])
     assert monitor.stats()["polls_failed"] == 0
 

@@ -220,6 +220,9 @@ async def test_stop_joins_a_thread_call_in_flight_for_the_final_snapshot() -> No
     await monitor.start()
     await asyncio.sleep(0.1)  # the first poll is now sleeping on its thread
     start = time.perf_counter()
+    assert await monitor.step() == {}  # a manual step meanwhile does not start a second call
+    assert time.perf_counter() - start < 0.1
+    assert monitor.stats()["polls_missed"] == 1
     await monitor.stop()
     assert 0.1 < time.perf_counter() - start < 1.5
     assert slow.calls == 1, "the call in flight is joined, not started again"
