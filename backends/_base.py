@@ -17,8 +17,8 @@ from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from .._record import Record
-from .._threads import WorkerPool
+from monitor_async._record import Record
+from monitor_async._threads import WorkerPool
 
 __all__ = ["BaseSink", "Sink", "ThreadedSink"]
 

@@ -10,7 +10,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from .._record import Record
+from monitor_async._record import Record
 from ._base import ThreadedSink
 
 __all__ = ["ConsoleSink"]

@@ -8,7 +8,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from .._record import Record
+from monitor_async._record import Record
 from ._base import BaseSink
 from ._files import LineFile
 

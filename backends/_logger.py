@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .._record import Record
+from monitor_async._record import Record
 from ._base import ThreadedSink
 
 __all__ = ["LoggerSink", "Report"]

@@ -18,8 +18,8 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from .._errors import log
-from .._record import Record
+from monitor_async._errors import log
+from monitor_async._record import Record
 from ._base import BaseSink
 
 try:

@@ -7,7 +7,7 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .._record import Record
+from monitor_async._record import Record
 from ._base import BaseSink
 
 try:

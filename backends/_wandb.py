@@ -6,7 +6,7 @@ import importlib.util
 from collections.abc import Sequence
 from typing import Any
 
-from .._record import Record
+from monitor_async._record import Record
 from ._base import ThreadedSink
 
 __all__ = ["WandbSink"]

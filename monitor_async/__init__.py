@@ -8,7 +8,8 @@ Public API::
 from ._monitor import Monitor
 from ._record import Record
 from ._schedule import Every
+from ._sync import LoggerMonitor, SyncMonitor
 
-__all__ = ["Every", "Monitor", "Record", "__version__"]
+__all__ = ["Every", "LoggerMonitor", "Monitor", "Record", "SyncMonitor", "__version__"]
 
 __version__ = "0.1.0"

@@ -13,7 +13,6 @@ from ._callers import OFFLOADS, Offload, make_caller
 from ._channel import Channel
 from ._errors import ON_ERROR, ErrorPolicy, OnError, log
 from ._poll import SKIPPED, Counters, Poller, poll_forever
-from ._record import Record
 from ._schedule import Every
 from ._threads import WorkerPool
 from ._watch import Watch
@@ -368,7 +367,7 @@ class Monitor:
         if not watches:
             return
         poller = self._poller
-        for watch, record in zip(watches, await asyncio.gather(*(poller.poll(w, force=True) for w in watches))):
+        for watch, record in zip(watches, await asyncio.gather(*(poller.poll(w, force=True) for w in watches)), strict=True):
             if record is None and watch.failing:
                 log.warning("final snapshot of watch %r skipped: its stats() failed or hung", watch.name)
 
@@ -388,7 +387,8 @@ class Monitor:
                 continue
             await self._sink_call(channel, "flush", max(0.0, deadline - loop.time()))
 
-    async def _sink_call(self, channel: Channel, method: str, timeout: float | None = None) -> None:
+    async def _sink_call(self, channel: Channel, method: str, limit: float | None = None) -> None:
+        timeout = limit
         try:
             await asyncio.wait_for(getattr(channel.sink, method)(), timeout)
         except TimeoutError:
