@@ -1,19 +1,24 @@
-"""TensorBoardSink: scalars in TensorBoard event files, written by tensorboardX on the sink's thread."""
+"""TensorBoardSink: scalars in TensorBoard event files, written with tensorboardX on the sink's thread."""
 
 from __future__ import annotations
 
+import itertools
 import os
+import time
 from collections.abc import Sequence
 from typing import Any
 
-from .._record import Record
+from monitor_async._record import Record
+
 from ._base import ThreadedSink
 
 __all__ = ["TensorBoardSink"]
 
+_files = itertools.count()
+
 
 class TensorBoardSink(ThreadedSink):
-    """Writes every value as a TensorBoard scalar through a tensorboardX ``SummaryWriter``.
+    """Writes every value as a TensorBoard scalar, in an event file of its own under ``log_dir``.
 
     Guarantees:
         - Tag = the metric key (``"<name>/<metric>"``, kept exactly, so
@@ -22,15 +27,16 @@ class TensorBoardSink(ThreadedSink):
           record's index within its watch (0, 1, 2, ... per watch name);
           ``walltime`` = the poll's unix time.
         - One event per record (all its values in one summary), in record
-          order. The writer is created, written, flushed and closed on this
-          sink's own worker thread, one call at a time, never on the event
-          loop; constructing the sink does no I/O.
-        - ``flush()`` pushes tensorboardX's queue to the event file (as
-          ``SummaryWriter.flush``); between flushes tensorboardX writes on its
-          own every ``flush_secs`` (120 s unless given). ``close()`` closes the
-          writer.
-        - ``writer_kwargs`` go to ``SummaryWriter`` (``flush_secs``,
-          ``max_queue``, ``filename_suffix``...).
+          order, written with tensorboardX's event-file writer on this sink's
+          own worker thread, one call at a time, never on the event loop.
+          Constructing the sink does no I/O.
+        - ``flush()`` returns once every event written so far is in the file
+          and synced to disk: TensorBoard shows it on its next reload. While
+          records keep coming, the file is also flushed every ``flush_secs``.
+          ``close()`` flushes and closes the file.
+        - Each sink writes its own file (``events.out.tfevents.<time>.<host>
+          .<pid>.<n><filename_suffix>``), so sinks sharing a folder, or a
+          sink reopened on it, never overwrite each other.
 
     Example:
         >>> import asyncio, tempfile
@@ -47,43 +53,62 @@ class TensorBoardSink(ThreadedSink):
         >>> asyncio.run(main())  # then: tensorboard --logdir <log_dir>
     """
 
-    def __init__(self, log_dir: str | os.PathLike[str], *, name: str | None = None, **writer_kwargs: Any) -> None:
+    def __init__(
+        self,
+        log_dir: str | os.PathLike[str],
+        *,
+        flush_secs: float = 10.0,
+        filename_suffix: str = "",
+        name: str | None = None,
+    ) -> None:
         if not isinstance(log_dir, (str, os.PathLike)):
             raise TypeError(f"TensorBoardSink: log_dir must be a str or os.PathLike, got {type(log_dir).__name__}")
-        for key in ("logdir", "log_dir"):
-            if key in writer_kwargs:
-                raise TypeError(f"TensorBoardSink: pass the folder once, as log_dir (got {key}= as well)")
+        if not (isinstance(flush_secs, (int, float)) and flush_secs > 0):
+            raise ValueError(f"TensorBoardSink: flush_secs must be a strictly positive number, got {flush_secs!r}")
         self.log_dir = os.fspath(log_dir)
+        self.flush_secs = float(flush_secs)
+        self.filename_suffix = filename_suffix
         self.name = name
-        self.writer_kwargs = writer_kwargs
-        self.writer: Any = None
+        self._events: Any = None
         self._index: dict[str, int] = {}
+        self._dirty = False
+        self._flushed = 0.0
 
     def open_blocking(self) -> None:
-        from tensorboardX import SummaryWriter
+        from tensorboardX.event_file_writer import EventsWriter
+        from tensorboardX.proto.event_pb2 import Event
         from tensorboardX.proto.summary_pb2 import Summary
+        from tensorboardX.record_writer import directory_check
 
+        suffix = f".{os.getpid()}.{next(_files)}{self.filename_suffix}"
         try:
-            self.writer = SummaryWriter(logdir=self.log_dir, **self.writer_kwargs)
+            directory_check(self.log_dir)
+            self._events = EventsWriter(os.path.join(self.log_dir, "events"), suffix)
         except OSError as exc:
             raise OSError(
                 exc.errno, f"TensorBoardSink cannot write event files under {self.log_dir!r}: {exc.strerror}"
             ) from exc
-        self._summary = Summary
-        self._value = Summary.Value
+        self._event, self._summary, self._value = Event, Summary, Summary.Value
+        self._flushed = time.monotonic()
 
     def write_blocking(self, records: Sequence[Record]) -> None:
-        add = self.writer.file_writer.add_summary
-        summary, value = self._summary, self._value
+        write = self._events.write_event
+        event, summary, value = self._event, self._summary, self._value
         index = self._index
         for r in records:
             n = index.get(r.name, 0)
             index[r.name] = n + 1
-            step = n if r.step is None else r.step
-            add(summary(value=[value(tag=k, simple_value=v) for k, v in r.metrics.items()]), step, r.time)
+            values = [value(tag=k, simple_value=v) for k, v in r.metrics.items()]
+            write(event(wall_time=r.time, step=n if r.step is None else r.step, summary=summary(value=values)))
+        self._dirty = True
+        if time.monotonic() - self._flushed >= self.flush_secs:
+            self.flush_blocking()
 
     def flush_blocking(self) -> None:
-        self.writer.flush()
+        if self._dirty:
+            self._events.flush()
+            self._dirty = False
+        self._flushed = time.monotonic()
 
     def close_blocking(self) -> None:
-        self.writer.close()
+        self._events.close()

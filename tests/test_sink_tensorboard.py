@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import pytest
-from monitor_async.backends import TensorBoardSink
 from tensorboard.backend.event_processing import event_accumulator
 
 from monitor_async import Monitor, Record
+from monitor_async.backends import TensorBoardSink
 
 
 class Collector:
@@ -60,7 +61,7 @@ async def test_walltime_is_the_record_time_and_tags_are_the_metric_keys(tmp_path
 
 
 async def test_flush_makes_events_visible_before_close(tmp_path: Path) -> None:
-    sink = TensorBoardSink(tmp_path, flush_secs=3600, max_queue=1000)
+    sink = TensorBoardSink(tmp_path, flush_secs=3600)
     monitor = Monitor(sink)
     monitor.watch(Collector(), name="c", rate_keys=[])
     await monitor.step()
@@ -93,6 +94,16 @@ async def test_writing_after_close_raises(tmp_path: Path) -> None:
     assert scalars(tmp_path)["t/x"] == [(3, 1.0, 1.0)]
 
 
-def test_the_folder_is_given_once() -> None:
-    with pytest.raises(TypeError, match="pass the folder once"):
-        TensorBoardSink("a", logdir="b")
+async def test_sinks_reopened_on_one_folder_keep_every_event(tmp_path: Path) -> None:
+    for step in range(3):
+        async with TensorBoardSink(tmp_path) as sink:
+            await sink.write([Record(name="t", step=step, time=float(step + 1), metrics={"t/x": float(step)})])
+    assert sum(f.startswith("events.out.tfevents.") for f in os.listdir(tmp_path)) == 3
+    assert [(s, v) for s, v, _ in scalars(tmp_path)["t/x"]] == [(0, 0.0), (1, 1.0), (2, 2.0)]
+
+
+def test_bad_options_are_rejected_at_construction() -> None:
+    with pytest.raises(ValueError, match="flush_secs must be a strictly positive"):
+        TensorBoardSink("runs", flush_secs=0)
+    with pytest.raises(TypeError, match="log_dir must be a str"):
+        TensorBoardSink(None)  # type: ignore[arg-type]
