@@ -6,12 +6,12 @@ import io
 import os
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
-from monitor_async.backends import ConsoleSink
 
 from monitor_async import Monitor, Record
+from monitor_async.backends import ConsoleSink
 
 
 class Collector:
@@ -93,8 +93,11 @@ async def test_live_mode_draws_a_table_row_per_watch() -> None:
 
 
 @pytest.fixture
-def pty_stream() -> Iterator[tuple[io.TextIOWrapper, list[bytes]]]:
-    """A real pseudo-terminal: the sink writes to its slave end, a thread drains the master end."""
+def pty_stream() -> Iterator[tuple[io.TextIOWrapper, Callable[[], str]]]:
+    """A real pseudo-terminal: the sink writes to its slave end, a thread drains the master end.
+
+    Yields the stream and ``captured()``, which closes the stream and returns all that was written.
+    """
     master, slave = os.openpty()
     stream = open(slave, "w", encoding="utf-8", closefd=True)  # noqa: SIM115 - closed below
     chunks: list[bytes] = []
@@ -109,37 +112,40 @@ def pty_stream() -> Iterator[tuple[io.TextIOWrapper, list[bytes]]]:
                 return
             chunks.append(data)
 
+    def captured() -> str:
+        stream.close()
+        reader.join(timeout=10)
+        return b"".join(chunks).decode("utf-8", "replace")
+
     reader = threading.Thread(target=drain, daemon=True)
     reader.start()
-    yield stream, chunks
+    yield stream, captured
     stream.close()
-    reader.join(timeout=5)
+    reader.join(timeout=10)
     os.close(master)
 
 
-async def test_a_terminal_gets_the_live_table(pty_stream: tuple[io.TextIOWrapper, list[bytes]]) -> None:
-    stream, chunks = pty_stream
+async def test_a_terminal_gets_the_live_table(pty_stream: tuple[io.TextIOWrapper, Callable[[], str]]) -> None:
+    stream, captured = pty_stream
     assert stream.isatty()
     monitor = Monitor(ConsoleSink(stream, refresh=0.05), close_sinks=True)
     monitor.watch(Collector(), name="collector")
     await monitor.step()
     await monitor.stop(log_final=False)
-    stream.close()
-    text = b"".join(chunks).decode("utf-8", "replace")
+    text = captured()
     assert "┏" in text and "collector" in text and "frames 100" in text
 
 
 async def test_without_rich_a_terminal_gets_plain_lines(
-    pty_stream: tuple[io.TextIOWrapper, list[bytes]], monkeypatch: pytest.MonkeyPatch
+    pty_stream: tuple[io.TextIOWrapper, Callable[[], str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setitem(sys.modules, "rich", None)  # import rich -> ImportError, find_spec -> None
     with pytest.raises(ImportError, match=r"monitor-async\[console\]"):
         ConsoleSink(live=True)
-    stream, chunks = pty_stream
+    stream, captured = pty_stream
     async with ConsoleSink(stream, min_interval=0) as sink:
         await sink.write([Record(name="rb", step=None, time=0.0, metrics={"rb/size": 3.0})])
-    stream.close()
-    text = b"".join(chunks).decode()
+    text = captured()
     assert "┏" not in text and "rb size=3" in text
 
 
