@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from monitor_async._record import Record
+
 from ._base import ThreadedSink
 
 __all__ = ["ConsoleSink"]

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from monitor_async._record import Record
+
 from ._base import BaseSink
 from ._files import LineFile
 

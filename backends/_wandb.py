@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from monitor_async._record import Record
+
 from ._base import ThreadedSink
 
 __all__ = ["WandbSink"]

@@ -9,9 +9,9 @@ import time
 from pathlib import Path
 
 import pytest
-from monitor_async.backends import CSVSink
 
 from monitor_async import Monitor, Record
+from monitor_async.backends import CSVSink
 
 HEADER = ["time", "name", "step", "metric", "value"]
 

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from monitor_async.backends import JSONLSink
 
 from monitor_async import Monitor, Record
+from monitor_async.backends import JSONLSink
 
 
 class Collector:

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from monitor_async.backends import WandbSink
 
 from monitor_async import Monitor
+from monitor_async.backends import WandbSink
 
 wandb = pytest.importorskip("wandb")
 

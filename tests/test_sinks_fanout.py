@@ -11,6 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tensorboard.backend.event_processing import event_accumulator
+
+from monitor_async import Monitor
 from monitor_async.backends import (
     ConsoleSink,
     CSVSink,
@@ -19,9 +22,6 @@ from monitor_async.backends import (
     TensorBoardSink,
     WandbSink,
 )
-from tensorboard.backend.event_processing import event_accumulator
-
-from monitor_async import Monitor
 
 
 class Collector:
