@@ -20,7 +20,7 @@ if importlib.util.find_spec("torchrl") is not None:
 
 
 @pytest.fixture(params=IMPLS)
-def LM(request: pytest.FixtureRequest) -> Any:  # noqa: N802 - a class
+def LM(request: pytest.FixtureRequest) -> Any:
     """LoggerMonitor: ours, and TorchRL's when installed (the same test must pass on both)."""
     if request.param == "torchrl":
         from torchrl.record.loggers.monitoring import LoggerMonitor as TorchRLMonitor
@@ -37,7 +37,7 @@ class ReplayBuffer:
         return {"write_count": self.write_count, "size": min(self.write_count, 100), "kind": "lazy"}
 
 
-def test_constructor_matches_torchrl(LM: Any) -> None:  # noqa: N803
+def test_constructor_matches_torchrl(LM: Any) -> None:
     logger = RecordingLogger()
     with pytest.raises(ValueError, match="on_error"):
         LM(logger, on_error="loud")
@@ -53,7 +53,7 @@ def test_constructor_matches_torchrl(LM: Any) -> None:  # noqa: N803
     monitor.stop(log_final=False)
 
 
-def test_step_returns_logged_and_logger_called_before_returning(LM: Any) -> None:  # noqa: N803
+def test_step_returns_logged_and_logger_called_before_returning(LM: Any) -> None:
     logger = RecordingLogger()
     rb = ReplayBuffer()
     monitor = LM(logger, background=False)
@@ -66,7 +66,7 @@ def test_step_returns_logged_and_logger_called_before_returning(LM: Any) -> None
     monitor.stop(log_final=False)
 
 
-def test_stop_logs_final_once_and_with_after_stop_logs_nothing(LM: Any) -> None:  # noqa: N803
+def test_stop_logs_final_once_and_with_after_stop_logs_nothing(LM: Any) -> None:
     logger = RecordingLogger()
     with LM(logger, background=False) as monitor:
         monitor.watch(ReplayBuffer(), name="rb")
@@ -78,7 +78,7 @@ def test_stop_logs_final_once_and_with_after_stop_logs_nothing(LM: Any) -> None:
     assert not logger.closed
 
 
-def test_counter_schedule_defaults_step_and_never_negative_rate(LM: Any) -> None:  # noqa: N803
+def test_counter_schedule_defaults_step_and_never_negative_rate(LM: Any) -> None:
     logger = RecordingLogger()
     target = Settable({"frames": 0})
     monitor = LM(logger, background=False)
@@ -97,7 +97,7 @@ def test_counter_schedule_defaults_step_and_never_negative_rate(LM: Any) -> None
     monitor.stop(log_final=False)
 
 
-def test_background_polling_from_a_plain_script(LM: Any) -> None:  # noqa: N803
+def test_background_polling_from_a_plain_script(LM: Any) -> None:
     logger = RecordingLogger()
     target = Counter()
     with LM(logger, poll_interval=0.05) as monitor:
