@@ -16,8 +16,11 @@ from ._logger import LoggerSink, Report
 from ._memory import MemorySink
 from ._tensorboard import TensorBoardSink
 
-if TYPE_CHECKING:
-    pass
+if TYPE_CHECKING:  # for type checkers and IDEs; at run time these load on first use
+    from ._console import ConsoleSink
+    from ._prometheus import PrometheusSink
+    from ._ray import RaySink
+    from ._wandb import WandbSink
 
 _LAZY: dict[str, str] = {
     "ConsoleSink": "._console",
@@ -27,8 +30,19 @@ _LAZY: dict[str, str] = {
 }
 
 __all__ = [
-    "BaseSink", "CSVSink", "JSONLSink", "LoggerSink", "MemorySink", "Report", "Sink", "TensorBoardSink",
-    "ThreadedSink", *_LAZY,
+    "BaseSink",
+    "CSVSink",
+    "ConsoleSink",
+    "JSONLSink",
+    "LoggerSink",
+    "MemorySink",
+    "PrometheusSink",
+    "RaySink",
+    "Report",
+    "Sink",
+    "TensorBoardSink",
+    "ThreadedSink",
+    "WandbSink",
 ]
 
 
