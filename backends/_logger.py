@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from monitor_async._record import Record
+
 from ._base import ThreadedSink
 
 __all__ = ["LoggerSink", "Report"]

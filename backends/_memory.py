@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from monitor_async._record import Record
+
 from ._base import BaseSink
 
 __all__ = ["MemorySink"]

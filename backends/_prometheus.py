@@ -20,6 +20,7 @@ from typing import Any
 
 from monitor_async._errors import log
 from monitor_async._record import Record
+
 from ._base import BaseSink
 
 try:

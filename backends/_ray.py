@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from monitor_async._record import Record
+
 from ._base import BaseSink
 
 try:

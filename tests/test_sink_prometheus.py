@@ -14,11 +14,11 @@ import pytest
 
 pytest.importorskip("prometheus_client")
 
-from monitor_async.backends import PrometheusSink
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from monitor_async import Monitor
+from monitor_async.backends import PrometheusSink
 
 Samples = dict[tuple[str, str | None], float]
 

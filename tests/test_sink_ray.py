@@ -14,9 +14,8 @@ import pytest
 
 pytest.importorskip("ray")
 
-from monitor_async.backends import JSONLSink, MemorySink, RaySink
-
 from monitor_async import Monitor, Record
+from monitor_async.backends import JSONLSink, MemorySink, RaySink
 
 STEPS = 25
 

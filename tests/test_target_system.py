@@ -14,9 +14,8 @@ import pytest
 
 pytest.importorskip("psutil")
 
-from monitor_async.backends import MemorySink
-
 from monitor_async import Monitor
+from monitor_async.backends import MemorySink
 from monitor_async.targets import SystemStats
 
 HOST_KEYS = {
