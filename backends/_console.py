@@ -39,8 +39,8 @@ def _short(record: Record) -> list[tuple[str, float, bool]]:
 
 
 def _drops(record: Record) -> float | None:
-    """The sum of the record's ``*dropped`` counters, if it has any."""
-    found = [v for k, v in record.metrics.items() if k.endswith("dropped")]
+    """The sum of the record's ``.../dropped`` counters (e.g. ``sink/<label>/dropped``), if any."""
+    found = [v for k, v in record.metrics.items() if k.endswith("/dropped")]
     return sum(found) if found else None
 
 
