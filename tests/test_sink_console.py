@@ -20,7 +20,7 @@ class Collector:
 
     def stats(self) -> dict[str, float]:
         self.frames += 100
-        return {"frames": self.frames, "size": 7.25, "values_dropped": 3}
+        return {"frames": self.frames, "size": 7.25, "dropped": 3}
 
 
 def body(out: str) -> list[list[str]]:
@@ -37,10 +37,10 @@ async def test_line_mode_prints_one_compact_line_per_record() -> None:
     await monitor.step()
     await monitor.stop(log_final=False)
     assert body(out.getvalue()) == [
-        ["collector", "step=100", "frames=100", "size=7.25", "values_dropped=3"],
-        ["rb", "frames=100", "size=7.25", "values_dropped=3"],
-        ["collector", "step=200", "frames=200", "size=7.25", "values_dropped=3"],
-        ["rb", "frames=200", "size=7.25", "values_dropped=3"],
+        ["collector", "step=100", "frames=100", "size=7.25", "dropped=3"],
+        ["rb", "frames=100", "size=7.25", "dropped=3"],
+        ["collector", "step=200", "frames=200", "size=7.25", "dropped=3"],
+        ["rb", "frames=200", "size=7.25", "dropped=3"],
     ]
     assert "\x1b[" not in out.getvalue(), "no terminal codes on a non-terminal stream"
 
@@ -88,7 +88,7 @@ async def test_live_mode_draws_a_table_row_per_watch() -> None:
     rows = {line.split("│")[1].strip(): line for line in last.splitlines() if line.startswith("│ ") and "│" in line[1:]}
     assert "frames 300" in rows["collector"] and "size 7.25" in rows["collector"]
     assert " 300 │" in rows["collector"], "the step column"
-    assert "│     3 │" in rows["rb"], "the drops column sums the *dropped counters"
+    assert "│     3 │" in rows["rb"], "the drops column sums the ./dropped counters"
     assert "frames/s" in last
 
 
