@@ -7,7 +7,7 @@ number. Plain ``float``/``int``/``bool`` values never leave the loop body.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from itertools import islice
 from typing import Any
 
@@ -62,13 +62,17 @@ def _scalar(value: object) -> float | None:
 def flatten(raw: Mapping[Any, Any], out: dict[str, float], limit: int, prefix: str = "") -> int:
     """Adds the finite numeric values of ``raw`` to ``out``; returns how many were left out.
 
-    Nested mappings are flattened as ``outer/inner``. At most ``limit`` values
-    are kept; the rest count as left out.
+    Nested mappings are copied, then flattened as ``outer/inner``. ``out``
+    holds at most ``limit`` values in all (the first ones in snapshot order);
+    every value past the cap, nested ones included, counts as left out.
     """
     dropped = 0
-    items = raw.items() if len(raw) <= limit else islice(raw.items(), limit)
-    if len(raw) > limit:
-        dropped += len(raw) - limit
+    room = limit - len(out)
+    items: Iterable[tuple[Any, Any]] = raw.items()
+    if len(raw) > room:
+        room = max(room, 0)
+        items = islice(items, room)
+        dropped += _count(islice(raw.values(), room, None))
     for key, value in items:
         if type(key) is not str:
             key = str(key)
@@ -86,11 +90,27 @@ def flatten(raw: Mapping[Any, Any], out: dict[str, float], limit: int, prefix: s
             except OverflowError:
                 dropped += 1
         elif isinstance(value, Mapping):
-            dropped += flatten(value, out, max(0, limit - len(out)), key + "/")
+            # a private copy: the target may be writing to its nested dicts too
+            nested = value.copy() if type(value) is dict else dict(value)
+            dropped += flatten(nested, out, limit, key + "/")
         else:
             number = _scalar(value)
             if number is None:
                 dropped += 1
             else:
                 out[key] = number
+    if len(out) > limit:
+        # plain values after a nested mapping went past the cap: the newest ones go
+        excess = len(out) - limit
+        for key in list(islice(reversed(out), excess)):
+            del out[key]
+        dropped += excess
     return dropped
+
+
+def _count(values: Iterable[Any]) -> int:
+    """How many values ``values`` holds, counting the leaves of nested mappings."""
+    n = 0
+    for value in values:
+        n += _count(value.values()) if isinstance(value, Mapping) else 1
+    return n
