@@ -12,6 +12,7 @@ import time
 from collections.abc import Mapping
 
 from ._callers import Caller
+from ._errors import log
 from ._record import Record
 from ._schedule import Every
 from ._values import KeyCache, as_mapping, flatten
@@ -35,6 +36,7 @@ class Watch:
         "baseline",
         "baseline_time",
         "caller",
+        "capped",
         "failing",
         "has_logged",
         "interval",
@@ -91,6 +93,7 @@ class Watch:
         self.last_log_time: float | None = None
         self.has_logged = False
         self.failing = False
+        self.capped = False
 
     def snapshot(self, raw: object, *, force: bool = False) -> tuple[Record | None, int]:
         """Turns one ``stats()`` result into a Record when it is due.
@@ -100,6 +103,8 @@ class Watch:
         """
         values: dict[str, float] = {}
         dropped = flatten(as_mapping(raw, self.name), values, self.max_values)
+        if dropped and not self.capped and len(values) >= self.max_values:
+            self._warn_capped()
         now = time.monotonic()
         first = self.baseline_time is None
         if not (force or self._due(values, now, first)):
@@ -120,6 +125,15 @@ class Watch:
         self.baseline_time = self.last_log_time = now
         self.has_logged = True
         return Record(self.name, step, time.time(), metrics), dropped
+
+    def _warn_capped(self) -> None:
+        self.capped = True
+        log.warning(
+            "stats() of watch %r gave more than max_values=%d values in one snapshot; only the first "
+            "%d are kept, the rest are left out and counted in monitor.stats()['values_dropped'] "
+            "(reported once per watch)",
+            self.name, self.max_values, self.max_values,
+        )
 
     def _add_rates(self, values: Mapping[str, float], metrics: dict[str, float], now: float) -> None:
         elapsed = now - self.baseline_time  # type: ignore[operator]
