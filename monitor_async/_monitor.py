@@ -372,20 +372,23 @@ class Monitor:
                 log.warning("final snapshot of watch %r skipped: its stats() failed or hung", watch.name)
 
     async def _drain_and_flush(self) -> None:
+        """Drains and flushes every sink at once, so a hung sink never eats another's stop_timeout."""
+        deadline = asyncio.get_running_loop().time() + self.stop_timeout
+        await asyncio.gather(*(self._drain_one(channel, deadline) for channel in self._channels))
+
+    async def _drain_one(self, channel: Channel, deadline: float) -> None:
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.stop_timeout
-        for channel in self._channels:
-            try:
-                await asyncio.wait_for(channel.settle(), max(0.0, deadline - loop.time()))
-            except TimeoutError:
-                await channel.halt()
-                lost = channel.abandon()
-                log.warning(
-                    "sink %r did not drain within stop_timeout=%gs; abandoned %d queued records",
-                    channel.label, self.stop_timeout, lost,
-                )
-                continue
-            await self._sink_call(channel, "flush", max(0.0, deadline - loop.time()))
+        try:
+            await asyncio.wait_for(channel.settle(), max(0.0, deadline - loop.time()))
+        except TimeoutError:
+            await channel.halt()
+            lost = channel.abandon()
+            log.warning(
+                "sink %r did not drain within stop_timeout=%gs; abandoned %d queued records",
+                channel.label, self.stop_timeout, lost,
+            )
+            return
+        await self._sink_call(channel, "flush", max(0.0, deadline - loop.time()))
 
     async def _sink_call(self, channel: Channel, method: str, limit: float | None = None) -> None:
         timeout = limit
