@@ -130,10 +130,11 @@ class WorkerPool:
 def wait_future(fut: Future[T]) -> asyncio.Future[T]:
     """An asyncio future on the running loop that completes when ``fut`` does.
 
-    Unlike ``asyncio.wrap_future``: cancelling the returned future leaves
-    ``fut`` alone, and a ``fut`` that completes after the loop closed (a hung
-    call returning at interpreter exit) is ignored instead of raising in the
-    worker thread.
+    Cancelling the returned future (a poll timing out) leaves ``fut`` alone:
+    unlike ``asyncio.wrap_future`` there is no cancellation to shield against,
+    so a queued call is only ever cancelled on purpose by
+    :meth:`WorkerPool.abandon`. A ``fut`` that completes after the loop closed
+    (a hung call returning at interpreter exit) is dropped quietly.
     """
     loop = asyncio.get_running_loop()
     waiter: asyncio.Future[T] = loop.create_future()

@@ -14,9 +14,9 @@ from multiprocessing.managers import BaseManager, SyncManager
 from typing import Any
 
 import pytest
-from monitor_async.backends import MemorySink
 
 from monitor_async import Every, Monitor, Record
+from monitor_async.backends import MemorySink
 
 
 class SharedCollector:

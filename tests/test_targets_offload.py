@@ -13,10 +13,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from monitor_async.backends import MemorySink
 
 from monitor_async import Monitor, SyncMonitor
 from monitor_async._threads import WorkerPool
+from monitor_async.backends import MemorySink
 
 
 class Counter:
@@ -148,11 +148,16 @@ async def test_slow_sync_target_on_a_thread_leaves_the_loop_responsive() -> None
     done = asyncio.Event()
     tick = asyncio.create_task(ticker(done))
     await monitor.start()
-    await asyncio.sleep(1.5)
+    await asyncio.sleep(1.5)  # polls at 0, 0.4, 0.8 and 1.2 s: the last one returns as stop() begins
+    start = time.perf_counter()
     await monitor.stop()
+    assert time.perf_counter() - start < 1.0
+    calls = slow.calls
+    await asyncio.sleep(0.5)
+    assert slow.calls == calls, "a poll task outlived stop()"
     done.set()
     worst = await tick
-    assert slow.calls >= 3  # 0, 0.4, 0.8, 1.2 s, and the final snapshot
+    assert calls >= 3
     assert worst < 0.1, f"loop was late by {worst * 1000:.0f} ms with stats() on a thread"
 
     # The contrast that proves the measurement: the same target inline stalls the loop.
@@ -227,6 +232,28 @@ async def test_stop_joins_a_thread_call_in_flight_for_the_final_snapshot() -> No
     assert 0.1 < time.perf_counter() - start < 1.5
     assert slow.calls == 1, "the call in flight is joined, not started again"
     assert [r.metrics for r in sink.records] == [{"slow/calls": 1.0}]
+
+
+async def test_stop_ends_the_poll_task_even_when_a_result_lands_with_the_cancel() -> None:
+    """stop() while a thread call returns: the cancel must win (3.11's wait_for could swallow it)."""
+
+    class Quick:
+        def stats(self) -> dict[str, int]:
+            time.sleep(0.02)
+            return {"x": 1}
+
+    leaked = 0
+    for i in range(40):  # sweep stop() across the moment the call returns
+        monitor = Monitor(MemorySink(), poll_interval=10, poll_timeout=2, stop_timeout=0.3)
+        monitor.watch(Quick(), name="quick", offload="thread")
+        await monitor.start()
+        await asyncio.sleep(0.02 + (i - 20) * 0.0002)
+        await monitor.stop()
+        alive = [t for t in asyncio.all_tasks() if t.get_name().startswith("monitor-async poll")]
+        leaked += bool(alive)
+        for task in alive:
+            task.cancel()
+    assert leaked == 0, f"{leaked} of 40 poll tasks survived stop()"
 
 
 async def test_pool_threads_do_not_pile_up_behind_hung_targets() -> None:
@@ -407,6 +434,20 @@ def test_hung_thread_target_under_sync_monitor(hung: Hung) -> None:
     assert polled >= 0.9 * expected
     assert hung.calls == 1
     assert monitor.stats()["polls_timed_out"] == 1
+
+
+def test_a_hung_call_returning_after_the_loop_closed_is_ignored(
+    hung: Hung, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.ERROR)
+    monitor = SyncMonitor(MemorySink(), background=False, on_error="ignore")
+    monitor.watch(hung, name="hung", offload="thread", timeout=0.1)
+    assert monitor.step() == {}
+    monitor.close()  # closes the monitor's private loop; the call is still stuck
+    hung.release.set()
+    assert hung.returned.wait(5)
+    time.sleep(0.2)  # the worker hands the late result to a loop that is gone
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 
 # --------------------------------------------------------------- WorkerPool

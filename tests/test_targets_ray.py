@@ -11,9 +11,9 @@ import time
 from typing import Any
 
 import pytest
-from monitor_async.backends import MemorySink
 
 from monitor_async import Every, Monitor, SyncMonitor
+from monitor_async.backends import MemorySink
 
 
 def define_learner() -> type:

@@ -11,13 +11,13 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("torchrl")
 
-from monitor_async.backends import MemorySink  # noqa: E402
 from torchrl.collectors import Collector, MultiSyncCollector  # noqa: E402
 from torchrl.data import LazyTensorStorage, ReplayBuffer  # noqa: E402
 from torchrl.envs.utils import RandomPolicy  # noqa: E402
 from torchrl.testing.mocking_classes import CountingEnv  # noqa: E402
 
 from monitor_async import Every, Monitor, SyncMonitor  # noqa: E402
+from monitor_async.backends import MemorySink  # noqa: E402
 
 FRAMES_PER_BATCH = 16
 TOTAL_FRAMES = 160
