@@ -11,11 +11,16 @@
   ``ObjectRef`` through its ``future()``, without ``ray.get`` on the loop.
   Ray is never imported here.
 
-A thread or remote call that times out is abandoned, not cancelled (neither
-can be): until it returns the caller raises :class:`Busy`, so a hung target
-never piles up threads or queued actor calls. A call whose awaiting task was
-cancelled without timing out (``stop()``, a cancelled ``step()``) is joined
-by the next poll instead of being started again.
+A watch has at most one thread or remote call in flight:
+
+- a call that times out is abandoned, not cancelled (neither can be), and
+  every poll raises :class:`Busy` until it returns, so a hung target never
+  piles up threads or queued actor calls;
+- a poll that finds another poll already waiting for the call (a ``step()``
+  during background polling) raises :class:`Busy` too;
+- a call whose waiting poll was cancelled without timing out (``stop()``
+  cancelling the poll task) is joined by the next poll, which is how the
+  final snapshot of a slow target is still taken.
 """
 
 from __future__ import annotations
