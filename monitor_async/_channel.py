@@ -114,10 +114,14 @@ class Channel:
         task, self.task = self.task, None
         if task is not None and not task.done():
             task.cancel()
+            # only a cancellation of *this* wait propagates: the caller may be
+            # cleaning up after an earlier one (stop() in a cancelled run())
+            current = asyncio.current_task()
+            cancelling = current.cancelling() if current is not None else 0
             try:
                 await task
             except asyncio.CancelledError:
-                if (current := asyncio.current_task()) is not None and current.cancelling():
+                if current is not None and current.cancelling() > cancelling:
                     raise
 
     def abandon(self) -> int:
