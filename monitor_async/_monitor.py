@@ -299,7 +299,9 @@ class Monitor:
 
         A final snapshot is taken of each watch whose ``log_on_close`` holds
         (``log_final`` overrides). Returns within about ``stop_timeout`` plus
-        the longest watch timeout even when a target or a sink hangs. A second
+        the longest watch timeout even when a target or a sink hangs (with
+        ``close_sinks=True``, closing the sinks gets another ``stop_timeout``;
+        a sink that does not close in time is left with a warning). A second
         call is a no-op. With ``on_error="raise"`` the first error is raised
         here unless it was raised already.
         """
@@ -317,8 +319,9 @@ class Monitor:
             for channel in self._channels:
                 await channel.halt()
             if self.close_sinks:
-                for channel in self._channels:
-                    await self._sink_call(channel, "close")
+                await asyncio.gather(
+                    *(self._sink_call(channel, "close", self.stop_timeout) for channel in self._channels)
+                )
             if self._stop_event is not None:
                 self._stop_event.set()
             self._loop = None
