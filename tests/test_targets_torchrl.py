@@ -91,7 +91,8 @@ def test_training_script_with_a_background_sync_monitor(buffer: Any) -> None:
     assert steps[-1] == total  # the final snapshot at stop
     assert all(s % 16 == 0 for s in steps if s is not None)
     assert any("collector/frames_per_second" in r.metrics for r in coll[1:])
-    assert all(r.metrics.get("collector/frames_per_second", 1.0) > 0 for r in coll[1:])
+    # every counter crossing moved the counter; only the final snapshot may repeat the last step
+    assert all(r.metrics.get("collector/frames_per_second", 1.0) > 0 for r in coll[1:-1])
     rb = [r for r in sink.records if r.name == "rb"]
     assert rb[-1].step == total
     assert rb[-1].metrics["rb/size"] == 1_000  # capacity reached: the buffer wrapped around
