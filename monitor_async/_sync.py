@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import concurrent.futures.thread  # noqa: F401 - registers its exit hook before ours (see the end)
 import contextlib
 import functools
 import threading
@@ -41,7 +42,8 @@ class SyncMonitor:
           its own task in a daemon loop thread; ``stop()``/``close()`` stop it,
           log final snapshots, drain and flush the sinks, and end the thread,
           all within a bounded time. A monitor left running does not keep the
-          interpreter alive; at exit it is stopped (bounded) so files are flushed.
+          interpreter alive; when the main thread ends it is stopped (bounded),
+          its final snapshots written and the files flushed.
         - ``background=False``: nothing runs until ``step()``.
         - ``step()`` returns ``{watch: {"<watch>/<metric>": value}}`` for the
           targets that logged, after the sinks have written them.
@@ -315,7 +317,18 @@ class LoggerMonitor(SyncMonitor):
 _live: weakref.WeakSet[SyncMonitor] = weakref.WeakSet()
 
 
-@atexit.register
 def _stop_running_monitors() -> None:
     for monitor in list(_live):
         monitor._stop_at_exit()
+
+
+# Stop running monitors *before* concurrent.futures refuses new work at exit:
+# file sinks write through the loop's default executor (aiofiles), so from a
+# plain atexit hook the final snapshots could no longer reach the files.
+# threading's exit hooks run before atexit's, last registered first, and
+# importing concurrent.futures.thread above registered its hook before this one.
+_register_at_thread_exit = getattr(threading, "_register_atexit", None)
+if callable(_register_at_thread_exit):
+    _register_at_thread_exit(_stop_running_monitors)
+else:  # pragma: no cover - an interpreter without threading._register_atexit
+    atexit.register(_stop_running_monitors)
