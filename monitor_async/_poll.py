@@ -73,7 +73,10 @@ class Poller:
     async def complete(self, watch: Watch, pending: Awaitable[Any], force: bool = False) -> Record | None:
         """Awaits an awaitable ``stats()`` result under the watch's timeout, then finishes the poll."""
         try:
-            raw = await asyncio.wait_for(pending, watch.timeout)
+            # asyncio.timeout, not wait_for: on 3.11 wait_for returns the result
+            # and swallows a cancel (stop()) that lands as the result arrives.
+            async with asyncio.timeout(watch.timeout):
+                raw = await pending
         except TimeoutError:
             watch.caller.timed_out()
             self.counters.polls_timed_out += 1
