@@ -13,7 +13,7 @@ import asyncio
 import time
 from typing import Any
 
-from ._errors import ErrorPolicy, log
+from ._errors import ErrorPolicy, describe, log
 from ._record import Record
 
 __all__ = ["Channel"]
@@ -71,7 +71,7 @@ class Channel:
         except Exception as exc:  # noqa: BLE001 - reported through on_error
             self.failures += 1
             self.errors.report(
-                f"sink {self.label!r} failed to write {len(batch)} records: {exc!r}",
+                f"sink {self.label!r} failed to write {len(batch)} records: {describe(exc)}",
                 exc,
                 first=not self.failing,
             )

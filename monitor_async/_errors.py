@@ -6,12 +6,21 @@ import logging
 from collections.abc import Callable
 from typing import Literal
 
-__all__ = ["ON_ERROR", "ErrorPolicy", "OnError", "log"]
+__all__ = ["ON_ERROR", "ErrorPolicy", "OnError", "describe", "log"]
 
 log = logging.getLogger("monitor_async")
 
 OnError = Literal["warn", "raise", "ignore"]
 ON_ERROR: tuple[str, ...] = ("warn", "raise", "ignore")
+
+
+def describe(exc: BaseException) -> str:
+    """``repr(exc)`` on one line: remote errors (Ray) carry whole tracebacks in their repr."""
+    text = repr(exc)
+    line, _, rest = text.partition("\n")
+    if len(line) > 300:
+        line = line[:297] + "..."
+    return f"{line} [...]" if rest else line
 
 
 class ErrorPolicy:

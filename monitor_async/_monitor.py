@@ -11,7 +11,7 @@ from typing import Any
 
 from ._callers import OFFLOADS, Offload, make_caller
 from ._channel import Channel
-from ._errors import ON_ERROR, ErrorPolicy, OnError, log
+from ._errors import ON_ERROR, ErrorPolicy, OnError, describe, log
 from ._poll import SKIPPED, Counters, Poller, poll_forever
 from ._schedule import Every
 from ._threads import WorkerPool
@@ -38,6 +38,17 @@ def _label(sink: Any, taken: set[str]) -> str:
         label = f"{base}_{n}"
     taken.add(label)
     return label
+
+
+def _default_name(target: Any) -> str:
+    """The lowercase class name; for a manager proxy or a Ray actor handle, the class behind it."""
+    name = type(target).__name__
+    if name.startswith("AutoProxy[") and name.endswith("]"):
+        name = name[len("AutoProxy[") : -1]
+    elif name == "ActorHandle":
+        descriptor = getattr(target, "_ray_actor_creation_function_descriptor", None)
+        name = (getattr(descriptor, "class_name", None) or name).rpartition(".")[2]
+    return name.lower()
 
 
 def _as_sink(obj: Any) -> Any:
@@ -190,7 +201,7 @@ class Monitor:
         elif not callable(stats_fn):
             raise TypeError(f"watch: stats_fn must be callable, got {type(stats_fn).__name__}")
         if name is None:
-            base = type(target).__name__.lower()
+            base = _default_name(target)
             name, n = base, 0
             while name in self._watches:
                 n += 1
@@ -402,7 +413,7 @@ class Monitor:
             log.warning("sink %r: %s() did not return within %gs; abandoned", channel.label, method, timeout)
         except Exception as exc:  # noqa: BLE001 - reported through on_error
             channel.failures += 1
-            self._errors.report(f"sink {channel.label!r}: {method}() raised {exc!r}", exc, first=True)
+            self._errors.report(f"sink {channel.label!r}: {method}() raised {describe(exc)}", exc, first=True)
 
     def _raise_pending(self) -> None:
         error = self._errors.take()

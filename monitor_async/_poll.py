@@ -17,7 +17,7 @@ from typing import Any
 
 from ._callers import Busy, InlineCaller, ThreadCaller
 from ._channel import Channel
-from ._errors import ErrorPolicy, log
+from ._errors import ErrorPolicy, describe, log
 from ._record import Record
 from ._threads import WorkerPool
 from ._watch import Watch
@@ -67,7 +67,7 @@ class Poller:
         except Busy:
             self.counters.polls_missed += 1
         except Exception as exc:  # noqa: BLE001 - reported through on_error
-            self.fail(watch, f"stats() of watch {watch.name!r} raised {exc!r}", exc)
+            self.fail(watch, f"stats() of watch {watch.name!r} raised {describe(exc)}", exc)
         return SKIPPED
 
     async def complete(self, watch: Watch, pending: Awaitable[Any], force: bool = False) -> Record | None:
@@ -88,7 +88,7 @@ class Poller:
             )
             return None
         except Exception as exc:  # noqa: BLE001
-            self.fail(watch, f"stats() of watch {watch.name!r} raised {exc!r}", exc)
+            self.fail(watch, f"stats() of watch {watch.name!r} raised {describe(exc)}", exc)
             return None
         return self.finish(watch, raw, force)
 
@@ -97,7 +97,7 @@ class Poller:
         try:
             record, dropped = watch.snapshot(raw, force=force)
         except Exception as exc:  # noqa: BLE001
-            self.fail(watch, str(exc) if isinstance(exc, TypeError) else f"watch {watch.name!r}: {exc!r}", exc)
+            self.fail(watch, str(exc) if isinstance(exc, TypeError) else f"watch {watch.name!r}: {describe(exc)}", exc)
             return None
         watch.failing = False
         counters = self.counters

@@ -169,3 +169,9 @@ async def test_dead_manager_is_a_poll_error_and_polling_goes_on(caplog: pytest.L
     warnings = [r.getMessage() for r in caplog.records if "'remote'" in r.getMessage()]
     assert len(warnings) == 1  # one warning per failure streak
     assert "stats() of watch 'remote' raised" in warnings[0]
+
+
+def test_default_name_of_a_proxy_is_the_class_behind_it(manager: Any) -> None:
+    monitor = Monitor()
+    assert monitor.watch(manager.SharedCollector()) == "sharedcollector"
+    assert monitor.watch(manager.SharedCollector()) == "sharedcollector_1"

@@ -184,3 +184,9 @@ def test_ray_is_not_imported_for_other_targets() -> None:
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_default_name_of_an_actor_handle_is_its_class(actor: Any) -> None:
+    from monitor_async import Monitor
+
+    assert Monitor().watch(actor) == "learner"
