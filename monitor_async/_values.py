@@ -1,8 +1,9 @@
 """Turning a ``stats()`` result into flat ``{key: float}`` values.
 
 This is the per-value hot path: one pass that flattens nested mappings with
-``/``, coerces scalars to ``float`` and leaves out what is not a finite
-number. Plain ``float``/``int``/``bool`` values never leave the loop body.
+``/``, coerces scalars to ``float``, leaves out what is not a finite number
+and puts each value under its namespaced key (``"<watch>/<key>"``, cached).
+Plain ``float``/``int``/``bool`` values never leave the loop body.
 """
 
 from __future__ import annotations
@@ -14,18 +15,31 @@ from typing import Any
 __all__ = ["KeyCache", "as_mapping", "flatten"]
 
 
-class KeyCache(dict[str, str]):
-    """``cache[key]`` is ``prefix + key``, computed once per key."""
+class KeyCache:
+    """``names[key]`` is ``prefix + key``; :meth:`of` computes it once per key.
 
-    __slots__ = ("prefix",)
+    ``names`` is a plain dict so that the hot path reads it with the
+    interpreter's fast dict subscript. Bounded: it starts afresh once it holds
+    more than ``bound`` keys (a target whose key names keep changing, with an
+    id or a time in them), so its memory never grows without bound.
+    """
 
-    def __init__(self, prefix: str) -> None:
-        super().__init__()
+    __slots__ = ("bound", "names", "prefix")
+
+    def __init__(self, prefix: str, bound: int) -> None:
         self.prefix = prefix
+        self.bound = bound
+        self.names: dict[Any, str] = {}
 
-    def __missing__(self, key: str) -> str:
-        value = self[key] = self.prefix + key
-        return value
+    def of(self, key: Any) -> str:
+        """The namespaced name of ``key`` (a non-str key is first made a str)."""
+        names = self.names
+        name = names.get(key)
+        if name is None:
+            if len(names) >= self.bound:
+                names.clear()
+            name = names[key] = self.prefix + (key if type(key) is str else str(key))
+        return name
 
 
 def as_mapping(raw: object, watch: str) -> dict[Any, Any]:
@@ -59,13 +73,50 @@ def _scalar(value: object) -> float | None:
     return out if out - out == 0.0 else None
 
 
-def flatten(raw: Mapping[Any, Any], out: dict[str, float], limit: int, prefix: str = "") -> int:
-    """Adds the finite numeric values of ``raw`` to ``out``; returns how many were left out.
+def flatten(raw: Mapping[Any, Any], out: dict[str, float], limit: int, keys: KeyCache) -> int:
+    """Adds the finite numeric values of ``raw`` to ``out`` under namespaced keys; returns how many were left out.
 
-    Nested mappings are copied, then flattened as ``outer/inner``. ``out``
-    holds at most ``limit`` values in all (the first ones in snapshot order);
-    every value past the cap, nested ones included, counts as left out.
+    One pass does all of it: each key becomes ``keys.of(key)`` (the watch's
+    ``"<name>/"`` prefix, cached per key, so a snapshot of known keys builds
+    no new key string), nested mappings are copied, then flattened as
+    ``outer/inner``, and each value is coerced to ``float`` or left out.
+    ``out`` holds at most ``limit`` values in all (the first ones in snapshot
+    order); every value past the cap, nested ones included, counts as left out.
     """
+    if len(raw) > limit - len(out):
+        return _flatten(raw, out, limit, keys, "")
+    # the common case, kept lean: a flat mapping of str -> float/int/bool under the cap
+    dropped = 0
+    names = keys.names
+    for key, value in raw.items():
+        kind = type(value)
+        if kind is float:
+            if value - value != 0.0:  # inf or nan
+                dropped += 1
+                continue
+        elif kind is int or kind is bool:
+            try:
+                value = value + 0.0
+            except OverflowError:
+                dropped += 1
+                continue
+        elif isinstance(value, Mapping):
+            dropped += _nested(value, out, limit, keys, (key if type(key) is str else str(key)) + "/")
+            continue
+        else:
+            value = _scalar(value)
+            if value is None:
+                dropped += 1
+                continue
+        try:
+            out[names[key]] = value
+        except KeyError:
+            out[keys.of(key)] = value
+    return dropped + _cut(out, limit)
+
+
+def _flatten(raw: Mapping[Any, Any], out: dict[str, float], limit: int, keys: KeyCache, prefix: str) -> int:
+    """:func:`flatten` for nested mappings (keys under ``prefix``) and mappings past the cap."""
     dropped = 0
     room = limit - len(out)
     items: Iterable[tuple[Any, Any]] = raw.items()
@@ -76,36 +127,43 @@ def flatten(raw: Mapping[Any, Any], out: dict[str, float], limit: int, prefix: s
     for key, value in items:
         if type(key) is not str:
             key = str(key)
-        if prefix:
-            key = prefix + key
         kind = type(value)
         if kind is float:
-            if value - value == 0.0:
-                out[key] = value
-            else:
+            if value - value != 0.0:  # inf or nan
                 dropped += 1
+                continue
         elif kind is int or kind is bool:
             try:
-                out[key] = float(value)
+                value = value + 0.0
             except OverflowError:
                 dropped += 1
+                continue
         elif isinstance(value, Mapping):
-            # a private copy: the target may be writing to its nested dicts too
-            nested = value.copy() if type(value) is dict else dict(value)
-            dropped += flatten(nested, out, limit, key + "/")
+            dropped += _nested(value, out, limit, keys, prefix + key + "/")
+            continue
         else:
-            number = _scalar(value)
-            if number is None:
+            value = _scalar(value)
+            if value is None:
                 dropped += 1
-            else:
-                out[key] = number
-    if len(out) > limit:
-        # plain values after a nested mapping went past the cap: the newest ones go
-        excess = len(out) - limit
-        for key in list(islice(reversed(out), excess)):
-            del out[key]
-        dropped += excess
-    return dropped
+                continue
+        out[keys.of(prefix + key)] = value
+    return dropped + _cut(out, limit)
+
+
+def _nested(value: Mapping[Any, Any], out: dict[str, float], limit: int, keys: KeyCache, prefix: str) -> int:
+    # a private copy: the target may be writing to its nested dicts too
+    nested = value.copy() if type(value) is dict else dict(value)
+    return _flatten(nested, out, limit, keys, prefix)
+
+
+def _cut(out: dict[str, float], limit: int) -> int:
+    """Plain values after a nested mapping went past the cap: the newest ones go; returns how many."""
+    excess = len(out) - limit
+    if excess <= 0:
+        return 0
+    for key in list(islice(reversed(out), excess)):
+        del out[key]
+    return excess
 
 
 def _count(values: Iterable[Any]) -> int:

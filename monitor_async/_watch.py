@@ -8,8 +8,9 @@ decrease re-baselines without logging and never yields a negative rate.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
+from time import monotonic as _monotonic
+from time import time as _time
 
 from ._callers import Caller
 from ._errors import log
@@ -30,13 +31,21 @@ DEFAULT_RATE_NAMES: dict[str, str] = {
 
 
 class Watch:
-    """Bookkeeping for one target; :meth:`snapshot` is the per-poll hot path."""
+    """Bookkeeping for one target; :meth:`snapshot` is the per-poll hot path.
+
+    Values are namespaced as they are read (``"<name>/<key>"``), so the dict
+    built by one poll is the record's ``metrics`` as is. The rate and
+    schedule keys are namespaced once here; the baseline keeps only the
+    counters rates are derived from, in a small dict of its own, so a sink or
+    a caller of ``step()`` changing a record's metrics cannot change a rate.
+    """
 
     __slots__ = (
         "baseline",
         "baseline_time",
         "caller",
         "capped",
+        "counter_key",
         "failing",
         "has_logged",
         "interval",
@@ -48,7 +57,8 @@ class Watch:
         "max_values",
         "name",
         "next_threshold",
-        "rate_names",
+        "rate_pairs",
+        "rates_overlap",
         "schedule",
         "step_key",
         "target",
@@ -74,18 +84,28 @@ class Watch:
         self.name = name
         self.caller = caller
         self.schedule = schedule
-        self.step_key = step_key
-        self.rate_names: dict[str, str] | None = (
-            None
-            if rate_keys is None
-            else {k: DEFAULT_RATE_NAMES.get(k, f"{k}_per_second") for k in rate_keys}
-        )
         self.log_on_start = log_on_start
         self.log_on_close = log_on_close
         self.interval = interval
         self.timeout = timeout
         self.max_values = max_values
-        self.keys = KeyCache(name + "/")
+        # every kept key, plus room for rate names: a snapshot of known keys never clears it
+        keys = self.keys = KeyCache(name + "/", 2 * max_values + 64)
+        names = (
+            DEFAULT_RATE_NAMES
+            if rate_keys is None
+            else {k: DEFAULT_RATE_NAMES.get(k, f"{k}_per_second") for k in rate_keys}
+        )
+        self.rate_pairs: tuple[tuple[str, str], ...] = tuple(
+            (keys.of(key), keys.of(rate)) for key, rate in names.items()
+        )
+        # a rate named like another rate's counter (rate_keys=["x", "x_per_second"]) must not be
+        # read back as that counter: such watches read every counter before adding any rate
+        self.rates_overlap = bool({rate for _, rate in self.rate_pairs} & {key for key, _ in self.rate_pairs})
+        self.step_key = None if step_key is None else keys.of(step_key)
+        self.counter_key = (
+            keys.of(schedule.key) if schedule is not None and schedule.kind == "counter" and schedule.key else None
+        )
         self.baseline: dict[str, float] = {}
         self.baseline_time: float | None = None
         self.next_threshold: float | None = None
@@ -101,30 +121,48 @@ class Watch:
         Returns the record (``None`` when not due) and how many values were
         left out (non-numeric, non-finite, or over ``max_values``).
         """
-        values: dict[str, float] = {}
-        dropped = flatten(as_mapping(raw, self.name), values, self.max_values)
-        if dropped and not self.capped and len(values) >= self.max_values:
+        metrics: dict[str, float] = {}
+        keys = self.keys
+        dropped = flatten(as_mapping(raw, self.name), metrics, self.max_values, keys)
+        if dropped and not self.capped and len(metrics) >= self.max_values:
             self._warn_capped()
-        now = time.monotonic()
-        first = self.baseline_time is None
-        if not (force or self._due(values, now, first)):
-            if first:
-                self.baseline = values
+        now = _monotonic()
+        since = self.baseline_time
+        # no schedule and not the first poll: always due (the common case, without a call)
+        if not (force or (since is not None and self.schedule is None) or self._due(metrics, now, since is None)):
+            if since is None:
+                self.baseline = self._counters(metrics)
                 self.baseline_time = now
             return None, dropped
-        keys = self.keys
-        metrics = {keys[k]: v for k, v in values.items()}
-        if not first:
-            self._add_rates(values, metrics, now)
         step = None
         if self.step_key is not None:
-            counter = values.get(self.step_key)
+            counter = metrics.get(self.step_key)
             if counter is not None:
                 step = int(counter)
-        self.baseline = values
+        if since is None or now <= since or self.rates_overlap:
+            counters = self._counters(metrics)
+            if since is not None and now > since:
+                self._add_rates(counters, metrics, now - since)
+        else:
+            # one pass: read each counter, keep it as the next baseline, add its rate
+            counters = {}
+            elapsed = now - since
+            baseline = self.baseline
+            for key, rate in self.rate_pairs:
+                current = metrics.get(key)
+                if current is not None:
+                    counters[key] = current
+                    previous = baseline.get(key)
+                    if previous is not None and current >= previous:
+                        metrics[rate] = (current - previous) / elapsed
+        self.baseline = counters
         self.baseline_time = self.last_log_time = now
         self.has_logged = True
-        return Record(self.name, step, time.time(), metrics), dropped
+        return Record(self.name, step, _time(), metrics), dropped
+
+    def _counters(self, metrics: Mapping[str, float]) -> dict[str, float]:
+        """The values rates are derived from (read before any rate is added)."""
+        return {key: value for key, _ in self.rate_pairs if (value := metrics.get(key)) is not None}
 
     def _warn_capped(self) -> None:
         self.capped = True
@@ -135,26 +173,14 @@ class Watch:
             self.name, self.max_values, self.max_values,
         )
 
-    def _add_rates(self, values: Mapping[str, float], metrics: dict[str, float], now: float) -> None:
-        elapsed = now - self.baseline_time  # type: ignore[operator]
-        if elapsed <= 0:
-            return
-        names = self.rate_names
+    def _add_rates(self, counters: Mapping[str, float], metrics: dict[str, float], elapsed: float) -> None:
         baseline = self.baseline
-        keys = self.keys
-        if names is None:
-            for key, rate in DEFAULT_RATE_NAMES.items():
-                current = values.get(key)
-                if current is not None:
-                    previous = baseline.get(key)
-                    if previous is not None and current >= previous:
-                        metrics[keys[rate]] = (current - previous) / elapsed
-            return
-        for key, rate in names.items():
-            current = values.get(key)
-            previous = baseline.get(key)
-            if current is not None and previous is not None and current >= previous:
-                metrics[keys[rate]] = (current - previous) / elapsed
+        for key, rate in self.rate_pairs:
+            current = counters.get(key)
+            if current is not None:
+                previous = baseline.get(key)
+                if previous is not None and current >= previous:
+                    metrics[rate] = (current - previous) / elapsed
 
     def _due(self, values: Mapping[str, float], now: float, first: bool) -> bool:
         schedule = self.schedule
@@ -169,7 +195,7 @@ class Watch:
         if schedule.kind == "seconds":
             reference = self.last_log_time if self.last_log_time is not None else self.baseline_time
             return reference is not None and now - reference >= schedule.interval
-        counter = values.get(schedule.key)  # type: ignore[arg-type]
+        counter = values.get(self.counter_key)  # type: ignore[arg-type]
         if counter is None:
             return False
         if self.next_threshold is None:
@@ -177,7 +203,7 @@ class Watch:
             return False
         if self.last_counter is not None and counter < self.last_counter:
             # reset or restored state: re-baseline counters and clock, no log
-            self.baseline = dict(values)
+            self.baseline = self._counters(values)
             self.baseline_time = now
             self.next_threshold = (counter // schedule.interval + 1) * schedule.interval
             self.last_counter = counter
@@ -191,7 +217,7 @@ class Watch:
     def _prime(self, values: Mapping[str, float]) -> None:
         schedule = self.schedule
         if schedule is not None and schedule.kind == "counter":
-            counter = values.get(schedule.key)  # type: ignore[arg-type]
+            counter = values.get(self.counter_key)  # type: ignore[arg-type]
             if counter is not None:
                 self.next_threshold = (counter // schedule.interval + 1) * schedule.interval
                 self.last_counter = counter
