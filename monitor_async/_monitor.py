@@ -359,10 +359,13 @@ class Monitor:
         await self.stop()
 
     def _halt_polling(self) -> None:
-        """on_error="raise" in background mode: stop polling now, let run()/stop() re-raise."""
+        """on_error="raise" in background mode: stop polling now, let run()/stop() re-raise.
+
+        Every poll task is cancelled, the one that just failed included (it
+        ends at its next await); a caller's own task (a ``step()``) is not one.
+        """
         for task in self._tasks.values():
-            if task is not asyncio.current_task():
-                task.cancel()
+            task.cancel()
         if self._stop_event is not None:
             self._stop_event.set()
 
