@@ -1,0 +1,108 @@
+"""Issue 7, item 4: a process killed with SIGKILL leaves only whole CSV rows and JSONL lines.
+
+A subprocess polls 20 targets every millisecond into a CSVSink and a
+JSONLSink and is killed with SIGKILL while writing, three times over on the
+same files (each run appends to what the last one left). Every row and every
+line on disk parses, the files end with a line break, and each target's
+values only ever increase.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+SCRIPT = textwrap.dedent(
+    """
+    import asyncio, sys
+    from monitor_async import Monitor
+    from monitor_async.backends import CSVSink, JSONLSink
+
+    class Worker:
+        def __init__(self, i):
+            self.i, self.n = i, 0
+        def stats(self):
+            self.n += 1
+            return {"n": self.n, "frames": self.n * 64, "queue": self.n % 7, "loss": 1 / self.n,
+                    "odd, \\"key\\"\\nname": self.i}
+
+    async def main():
+        folder = sys.argv[1]
+        monitor = Monitor([CSVSink(folder + "/m.csv"), JSONLSink(folder + "/m.jsonl")],
+                          poll_interval=0.001, on_error="raise")
+        for i in range(20):
+            monitor.watch(Worker(i), name=f"run{sys.argv[2]}/w{i}")
+        async with monitor:
+            await asyncio.Event().wait()
+
+    asyncio.run(main())
+    """
+)
+
+HEADER = ["time", "name", "step", "metric", "value"]
+
+
+def lines_on_disk(path: Path) -> int:
+    try:
+        with open(path, "rb") as f:
+            return f.read().count(b"\n")
+    except FileNotFoundError:
+        return 0
+
+
+def test_sigkill_while_writing_leaves_only_whole_rows_and_lines(tmp_path: Path) -> None:
+    csv_path, jsonl_path = tmp_path / "m.csv", tmp_path / "m.jsonl"
+    for run in range(3):
+        before = lines_on_disk(jsonl_path)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", SCRIPT, str(tmp_path), str(run)], stderr=subprocess.PIPE, text=True
+        )
+        try:
+            deadline = time.monotonic() + 30
+            # let it write a good amount, then kill it mid-stream
+            while lines_on_disk(jsonl_path) < before + 2_000 and proc.poll() is None:
+                assert time.monotonic() < deadline, "the monitor wrote too little"
+                time.sleep(0.02)
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        assert proc.returncode == -signal.SIGKILL
+
+    csv_text = csv_path.read_text(encoding="utf-8")
+    assert csv_text.endswith("\n"), f"torn last CSV row: {csv_text[-200:]!r}"
+    rows = list(csv.reader(io.StringIO(csv_text, newline="")))
+    assert rows[0] == HEADER and HEADER not in rows[1:], "the header is written once"
+    csv_series: dict[str, list[float]] = {}
+    for row in rows[1:]:
+        assert len(row) == 5, f"torn CSV row: {row!r}"
+        float(row[0])
+        value = float(row[4])
+        assert row[3].startswith(row[1] + "/")
+        if row[3].endswith("/n"):
+            csv_series.setdefault(row[1], []).append(value)
+
+    jsonl_text = jsonl_path.read_text(encoding="utf-8")
+    assert jsonl_text.endswith("\n"), f"torn last JSONL line: {jsonl_text[-200:]!r}"
+    jsonl_series: dict[str, list[float]] = {}
+    for line in jsonl_text.splitlines():
+        record = json.loads(line)  # a torn line raises here
+        assert set(record) == {"time", "name", "step", "metrics"}
+        assert len(record["metrics"]) >= 5
+        jsonl_series.setdefault(record["name"], []).append(record["metrics"][record["name"] + "/n"])
+
+    assert len(jsonl_series) == 60, "20 watches in each of the 3 runs reached the file"
+    for series in (csv_series, jsonl_series):
+        for name, values in series.items():
+            assert values == [float(i) for i in range(1, len(values) + 1)], f"{name}: lost or reordered"
