@@ -120,6 +120,14 @@ async def test_killed_actor_is_a_poll_error_and_later_polls_keep_trying(
     monitor.watch(object(), name="local", stats_fn=lambda: {"ok": 1})
     assert "doomed" in await monitor.step()
     ray_local.kill(doomed)
+    # ray.kill is asynchronous: wait until the actor is really gone before polling it
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            await doomed.calls.remote()
+        except ray_local.exceptions.RayActorError:
+            break
+        await asyncio.sleep(0.05)
     for attempt in range(1, 4):
         assert list(await monitor.step()) == ["local"]
         assert monitor.stats()["polls_failed"] == attempt  # a new remote call each time
