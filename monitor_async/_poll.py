@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import math
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -22,7 +23,7 @@ from ._record import Record
 from ._threads import WorkerPool
 from ._watch import Watch
 
-__all__ = ["SKIPPED", "Counters", "Poller", "poll_forever"]
+__all__ = ["SKIPPED", "Counters", "Poller", "Ticks", "poll_forever"]
 
 SKIPPED: Any = object()
 """What :meth:`Poller.begin` returns when the poll failed or was skipped."""
@@ -45,7 +46,7 @@ class Counters:
 class Poller:
     """What a poll needs from the monitor: counters, channels, error policy, threads."""
 
-    __slots__ = ("channels", "counters", "errors", "pool")
+    __slots__ = ("channels", "counters", "errors", "pool", "ticks")
 
     def __init__(
         self,
@@ -58,6 +59,7 @@ class Poller:
         self.channels = channels
         self.errors = errors
         self.pool = pool
+        self.ticks: Ticks | None = None
 
     def begin(self, watch: Watch) -> Any:
         """Calls ``stats()``; returns the raw result, or :data:`SKIPPED`."""
@@ -134,18 +136,87 @@ class Poller:
         return self.finish(watch, raw, force)
 
 
+class Ticks:
+    """Timers shared by the poll tasks of one loop: tasks due at the same instant wait on one future.
+
+    ``asyncio.sleep`` costs one future, one timer handle and one timer-heap
+    entry per task per tick, all living until the tick. Here each distinct
+    due time gets one ``call_at`` handle and one future that every task due
+    then awaits, so thousands of targets leave little behind per poll for the
+    garbage collector and keep the timer heap short. A task's slots start from
+    its start rounded up to a grid of a tenth of its interval (at most
+    :attr:`GRID` seconds), so tasks started together share their due times
+    and are polled in one pass of the loop, their records written as one
+    batch; each task still runs on its own, so a slow target delays no other.
+    """
+
+    __slots__ = ("loop", "waiting")
+
+    GRID = 0.01
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.waiting: dict[float, asyncio.Future[None]] = {}
+
+    def origin(self, interval: float) -> float:
+        """The first slot of a task starting now: the loop's time rounded up to the grid."""
+        grid = min(interval / 10, self.GRID)
+        return math.ceil(self.loop.time() / grid) * grid
+
+    def at(self, when: float) -> asyncio.Future[None]:
+        """The future that completes at ``when``, shared by every task due then."""
+        fut = self.waiting.get(when)
+        if fut is None:
+            self.loop.call_at(when, self._fire, when)
+        elif not fut.cancelled():
+            return fut
+        # new, or cancelled along with a task that waited on it: a fresh one, same timer
+        fut = self.waiting[when] = self.loop.create_future()
+        return fut
+
+    def _fire(self, when: float) -> None:
+        fut = self.waiting.pop(when, None)
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+
+
 async def poll_forever(poller: Poller, watch: Watch) -> None:
-    """The background task of one watch; runs until cancelled."""
+    """The background task of one watch; runs until cancelled.
+
+    The k-th poll is due at ``origin + k * interval`` (computed, not summed,
+    so tasks with the same origin and interval share their due times exactly).
+    """
     loop = asyncio.get_running_loop()
+    ticks = poller.ticks
+    if ticks is None or ticks.loop is not loop:
+        ticks = poller.ticks = Ticks(loop)
+    task = asyncio.current_task()
     interval = watch.interval
-    due = loop.time()
+    origin = ticks.origin(interval)
+    slot = 0
     counters = poller.counters
+    begin, finish = poller.begin, poller.finish
     while True:
-        await poller.poll(watch)
-        due += interval
+        raw = begin(watch)
+        if raw is not SKIPPED:
+            if type(raw) is not dict and inspect.isawaitable(raw):
+                await poller.complete(watch, raw)
+            else:  # a sync result: finished here, without a coroutine per poll
+                finish(watch, raw)
+        slot += 1
+        due = origin + slot * interval
         now = loop.time()
         if now > due:
             missed = int((now - due) // interval) + 1
             counters.polls_missed += missed
-            due += missed * interval
-        await asyncio.sleep(due - now)
+            slot += missed
+            due = origin + slot * interval
+        while True:
+            try:
+                await ticks.at(due)
+                break
+            except asyncio.CancelledError:
+                # the shared future is cancelled with any task that waits on it: only
+                # a task that was itself cancelled stops; its neighbours wait again
+                if task is None or task.cancelling():
+                    raise
