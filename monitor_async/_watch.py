@@ -123,7 +123,10 @@ class Watch:
         """
         metrics: dict[str, float] = {}
         keys = self.keys
-        dropped = flatten(as_mapping(raw, self.name), metrics, self.max_values, keys)
+        # a private copy, so a target mutating its dict cannot break the read
+        dropped = flatten(
+            raw.copy() if type(raw) is dict else as_mapping(raw, self.name), metrics, self.max_values, keys
+        )
         if dropped and not self.capped and len(metrics) >= self.max_values:
             self._warn_capped()
         now = _monotonic()
