@@ -41,17 +41,21 @@ class Channel:
     def put(self, record: Record) -> None:
         """Queues ``record``, dropping the oldest queued record when full. Never waits."""
         queue = self.queue
-        if queue.full():
-            queue.get_nowait()
-            queue.task_done()
-            self.dropped += 1
-            if not self.dropping:
-                self.dropping = True
-                log.warning(
-                    "sink %r is falling behind: dropping its oldest queued records "
-                    "(queue_size=%d); drops are counted in monitor.stats()['sink/%s/dropped']",
-                    self.label, queue.maxsize, self.label,
-                )
+        try:
+            queue.put_nowait(record)
+            return
+        except asyncio.QueueFull:
+            pass
+        queue.get_nowait()
+        queue.task_done()
+        self.dropped += 1
+        if not self.dropping:
+            self.dropping = True
+            log.warning(
+                "sink %r is falling behind: dropping its oldest queued records "
+                "(queue_size=%d); drops are counted in monitor.stats()['sink/%s/dropped']",
+                self.label, queue.maxsize, self.label,
+            )
         queue.put_nowait(record)
 
     def _take(self, first: Record) -> list[Record]:
