@@ -1,0 +1,167 @@
+"""What every scenario shares: result rows, the fake targets and sinks, TorchRL lookup, cadence maths."""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = [
+    "Clocked",
+    "NoopLogger",
+    "NoopSink",
+    "Row",
+    "TwelveKeys",
+    "best_rate",
+    "has_torchrl",
+    "quiet",
+    "slot_share",
+    "torchrl_monitor",
+]
+
+
+@dataclass
+class Row:
+    """One measured figure: ours, TorchRL's (when measured) and the goal it is held to.
+
+    ``goal`` is ``("ratio", x)`` (ours / TorchRL >= x), ``("min", x)``
+    (ours >= x), ``("max", x)`` (ours <= x), ``("below", x)`` (ours < x) or
+    ``None`` (reported only). ``unit`` is ``"/s"``, ``"share"`` or ``"MB"``.
+    """
+
+    scenario: str
+    measure: str
+    ours: float
+    torchrl: float | None = None
+    unit: str = "/s"
+    goal: tuple[str, float] | None = None
+    note: str = ""
+    extra: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def ratio(self) -> float | None:
+        if self.torchrl is None or self.torchrl <= 0:
+            return None
+        return self.ours / self.torchrl
+
+    @property
+    def met(self) -> bool | None:
+        if self.goal is None:
+            return None
+        kind, value = self.goal
+        if kind == "ratio":
+            ratio = self.ratio
+            return None if ratio is None else ratio >= value
+        if kind == "min":
+            return self.ours >= value
+        if kind == "max":
+            return self.ours <= value
+        return self.ours < value
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Row:
+        goal = data.get("goal")
+        return cls(**{**data, "goal": None if goal is None else (str(goal[0]), float(goal[1]))})
+
+
+class TwelveKeys:
+    """A collector-like target: 12 scalars per snapshot, two of them growing counters (so rates are derived)."""
+
+    def __init__(self) -> None:
+        self.frames = 0
+
+    def stats(self) -> dict[str, Any]:
+        self.frames += 64
+        frames = self.frames
+        return {
+            "frames": frames,
+            "write_count": frames // 2,
+            "size": 50_000,
+            "capacity": 100_000,
+            "loss": 0.4321,
+            "lr": 3e-4,
+            "queue_depth": 3,
+            "workers": 4,
+            "latency_ms": 1.25,
+            "ok": True,
+            "reward_mean": -12.5,
+            "reward_std": 3.75,
+        }
+
+
+class Clocked:
+    """A target that notes the ``time.monotonic()`` of every ``stats()`` call, then answers a few scalars."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+
+    def stats(self) -> dict[str, float]:
+        self.times.append(time.monotonic())
+        return {"calls": float(len(self.times)), "value": 1.0}
+
+
+class NoopSink:
+    """A monitor-async sink that does nothing: the cost measured is the monitor's alone."""
+
+    name = "noop"
+
+    async def write(self, records: Sequence[Any]) -> None:
+        return None
+
+    async def flush(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+
+class NoopLogger:
+    """A TorchRL-style logger that does nothing (the cheapest possible ``log_metrics``)."""
+
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        return None
+
+
+def has_torchrl() -> bool:
+    return importlib.util.find_spec("torchrl") is not None
+
+
+def torchrl_monitor() -> Any:
+    """TorchRL's ``LoggerMonitor`` class, or ``None`` when torchrl is not installed."""
+    if not has_torchrl():
+        return None
+    from torchrl.record.loggers.monitoring import LoggerMonitor
+
+    return LoggerMonitor
+
+
+def quiet() -> None:
+    """Keeps expected warnings (a hung target, a sink falling behind) out of the benchmark output."""
+    for name in ("monitor_async", "torchrl"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def slot_share(times: Iterable[float], start: float, end: float, interval: float) -> tuple[int, int]:
+    """``(slots with a poll, slots)`` for one target polled every ``interval`` from ``start``.
+
+    The window ``[start, end)`` is cut into whole slots ``[start + k*interval,
+    start + (k+1)*interval)``. A slot counts when at least one ``stats()``
+    call began inside it, so a poll that comes more than one interval late
+    lands in a later slot and leaves its own slot empty, and a burst of
+    catch-up polls cannot fill more than one slot each.
+    """
+    slots = int((end - start) / interval + 1e-9)
+    limit = start + slots * interval
+    hit = {int((t - start) // interval) for t in times if start <= t < limit}
+    return len(hit), slots
+
+
+def best_rate(runs: Sequence[float]) -> float:
+    """The best of repeated throughput runs (as ``timeit`` does: noise only ever slows a run down)."""
+    return max(runs)
