@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import math
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -143,25 +142,38 @@ class Ticks:
     entry per task per tick, all living until the tick. Here each distinct
     due time gets one ``call_at`` handle and one future that every task due
     then awaits, so thousands of targets leave little behind per poll for the
-    garbage collector and keep the timer heap short. A task's slots start from
-    its start rounded up to a grid of a tenth of its interval (at most
-    :attr:`GRID` seconds), so tasks started together share their due times
-    and are polled in one pass of the loop, their records written as one
-    batch; each task still runs on its own, so a slow target delays no other.
+    garbage collector and keep the timer heap short. Tasks that start in the
+    same pass of the loop with the same interval (``start()``, or several
+    ``watch()`` calls in a row) share their first slot, up to :attr:`GROUP`
+    of them, so they are polled together in one pass and their records reach
+    each sink as one batch; a larger crowd is split into groups whose slots
+    follow each other as their first polls did. Each task still runs on its
+    own, so a slow target delays no other.
     """
 
-    __slots__ = ("loop", "waiting")
+    __slots__ = ("group", "loop", "waiting")
 
-    GRID = 0.01
+    GROUP = 256
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.waiting: dict[float, asyncio.Future[None]] = {}
+        self.group: list[float] | None = None  # [origin, interval, members] of this pass's group
 
     def origin(self, interval: float) -> float:
-        """The first slot of a task starting now: the loop's time rounded up to the grid."""
-        grid = min(interval / 10, self.GRID)
-        return math.ceil(self.loop.time() / grid) * grid
+        """The first slot of a task starting now: its group's start."""
+        group = self.group
+        if group is not None and group[1] == interval and group[2] < self.GROUP:
+            group[2] += 1
+            return group[0]
+        if group is None:
+            self.loop.call_soon(self._end_group)
+        now = self.loop.time()
+        self.group = [now, interval, 1]
+        return now
+
+    def _end_group(self) -> None:
+        self.group = None
 
     def at(self, when: float) -> asyncio.Future[None]:
         """The future that completes at ``when``, shared by every task due then."""
