@@ -7,8 +7,9 @@ into a no-op sink. Each target's slots are its own: its first poll (at
 (k-1)-th, as the design says. After ``warmup`` seconds, for ``seconds``:
 
 - on time: the share of slots in the window whose poll began within
-  ``tolerance`` (50 ms) after the slot; a skipped slot or a later poll
-  counts as missed;
+  ``tolerance`` (50 ms) of the slot; a skipped slot or a poll further off
+  counts as missed (tasks started together share their group's first slot,
+  so a poll may come a few milliseconds before its own first poll's beat);
 - CPU: the process CPU time over the wall time of the window (1.0 = one
   core busy), which includes the targets' own ``stats()`` calls;
 - the garbage collector's work in the window (collections of the oldest
@@ -74,7 +75,7 @@ class GCWatch:
 
 
 def _on_time(times: Sequence[float], start: float, end: float, interval: float, tolerance: float) -> tuple[int, int]:
-    """(slots in [start, end) polled within ``tolerance``, slots in [start, end)) for one target."""
+    """(slots in [start, end) polled within ``tolerance`` of the slot, slots in [start, end)) for one target."""
     if not times:
         return 0, 0
     origin = times[0]
@@ -83,8 +84,8 @@ def _on_time(times: Sequence[float], start: float, end: float, interval: float, 
     kept = 0
     for k in range(first, last):
         slot = origin + k * interval
-        i = bisect.bisect_left(times, slot)
-        if i < len(times) and times[i] - slot <= tolerance:
+        i = bisect.bisect_left(times, slot - tolerance)
+        if i < len(times) and abs(times[i] - slot) <= tolerance:
             kept += 1
     return kept, max(0, last - first)
 
