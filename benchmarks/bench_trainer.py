@@ -67,8 +67,8 @@ def _run_with(
     start: Callable[[], object], stop: Callable[[], object], targets: list[ClockedKeys], seconds: float,
     interval: float,
 ) -> tuple[float, float]:
+    t0 = time.monotonic()  # before start(): the first polls belong to the first slot
     start()
-    t0 = time.monotonic()
     speed = train(seconds)
     t1 = time.monotonic()
     stop()
