@@ -8,7 +8,8 @@ TorchRL's is ``LoggerMonitor(CSVLogger)`` (its polling thread). Two figures:
 
 - speed kept: the trainer's iterations per second with the monitor running,
   over its speed with no monitor (the median of ``repeat`` runs of each,
-  taken in turns so that machine noise hits every variant alike);
+  taken in turns, the order rotating each round, so that machine noise
+  hits every variant alike);
 - polls kept: the share of the configured poll slots (100 targets x 20 per
   second) in which a ``stats()`` call began (see ``slot_share``).
 
@@ -107,7 +108,7 @@ def _theirs(root: Path, n: int, targets: int, seconds: float, interval: float) -
 
 
 def run(
-    *, targets: int = 100, hz: float = 20.0, seconds: float = 3.0, repeat: int = 5, baseline: bool = True
+    *, targets: int = 100, hz: float = 20.0, seconds: float = 3.0, repeat: int = 7, baseline: bool = True
 ) -> list[Row]:
     """Speed kept and polls kept, ours and TorchRL's, medians of ``repeat`` interleaved runs."""
     quiet()
@@ -119,11 +120,15 @@ def run(
     train(0.5)  # warm up the CPU and the interpreter
     with tempfile.TemporaryDirectory(prefix="monitor-async-bench-") as tmp:
         root = Path(tmp)
+        runs: list[Callable[[int], None]] = [
+            lambda n: alone.append(train(seconds)),
+            lambda n: ours.append(_ours(root, n, targets, seconds, interval)),
+        ]
+        if with_torchrl:
+            runs.append(lambda n: theirs.append(_theirs(root, n, targets, seconds, interval)))
         for n in range(repeat):
-            alone.append(train(seconds))
-            ours.append(_ours(root, n, targets, seconds, interval))
-            if with_torchrl:
-                theirs.append(_theirs(root, n, targets, seconds, interval))
+            for k in range(len(runs)):  # the order turns from one round to the next
+                runs[(n + k) % len(runs)](n)
     base = statistics.median(alone)
     speed_ours = statistics.median(s for s, _ in ours) / base
     polls_ours = statistics.median(p for _, p in ours)
