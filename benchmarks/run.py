@@ -75,6 +75,7 @@ def fmt(value: float | None, unit: str) -> str:
         return "n/a"
     if unit == "/s":
         return f"{value:,.0f}/s"
+    value = round(value, 3) + 0.0  # no "-0.000"
     if unit == "MB":
         return f"{value:.3f} MB"
     return f"{value:.3f}"
