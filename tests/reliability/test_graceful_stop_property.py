@@ -72,6 +72,7 @@ async def scenario(
         monitor.watch(
             target, name=f"t{i}", stats_fn=fn, offload=offload, poll_interval=interval, schedule=schedule,
             rate_keys=[], log_on_close=log_final,
+            timeout=2.0,  # not the subject here: a 2 ms default timeout fails polls on a loaded machine
         )
     if how == "stop":
         await monitor.start()
