@@ -10,13 +10,44 @@ one ``sink.write(batch)``; records of one watch reach the sink in order.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from ._errors import ErrorPolicy, describe, log
 from ._record import Record
 
-__all__ = ["Channel"]
+__all__ = ["Channel", "channels_for"]
+
+
+def channels_for(sinks: Any, queue_size: int, max_batch: int, errors: ErrorPolicy) -> list[Channel]:
+    """One channel per sink (a sink, a legacy logger, or a sequence of them), with unique labels.
+
+    A legacy (TorchRL / AgileRL style) logger is wrapped in ``LoggerSink``. A
+    sink's label is its ``name`` when it has one, else its lowercase class
+    name, made unique with ``_1``, ``_2``...
+    """
+    if sinks is None:
+        sinks = []
+    elif not isinstance(sinks, Sequence) or isinstance(sinks, (str, bytes)):
+        sinks = [sinks]
+    channels: list[Channel] = []
+    taken: set[str] = set()
+    for sink in sinks:
+        if not inspect.iscoroutinefunction(getattr(sink, "write", None)):
+            from .backends._logger import LoggerSink
+
+            sink = LoggerSink(sink)
+        name = getattr(sink, "name", None)
+        base = name if isinstance(name, str) and name else type(sink).__name__.lower()
+        label, n = base, 0
+        while label in taken:
+            n += 1
+            label = f"{base}_{n}"
+        taken.add(label)
+        channels.append(Channel(sink, label, queue_size, max_batch, errors))
+    return channels
 
 
 class Channel:
@@ -137,3 +168,41 @@ class Channel:
             lost += 1
         self.dropped += lost
         return lost
+
+    async def finish(self, stop_timeout: float) -> None:
+        """At stop: write what is queued, then flush, within ``stop_timeout``; else abandon, with a warning."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + stop_timeout
+        try:
+            async with asyncio.timeout_at(deadline):
+                await self.settle()
+        except TimeoutError:
+            await self.halt()
+            lost = self.abandon()
+            log.warning(
+                "sink %r did not drain within stop_timeout=%gs; abandoned %d queued records",
+                self.label, stop_timeout, lost,
+            )
+            return
+        await self.call("flush", max(0.0, deadline - loop.time()))
+
+    async def call(self, method: str, limit: float | None = None) -> None:
+        """Awaits ``sink.flush()`` or ``sink.close()`` within ``limit`` seconds; failures are counted and reported."""
+        try:
+            async with asyncio.timeout(limit):
+                await getattr(self.sink, method)()
+        except TimeoutError:
+            self.failures += 1
+            log.warning("sink %r: %s() did not return within %gs; abandoned", self.label, method, limit)
+        except Exception as exc:  # noqa: BLE001 - reported through on_error
+            self.failures += 1
+            self.errors.report(f"sink {self.label!r}: {method}() raised {describe(exc)}", exc, first=True)
+
+    def report(self, out: dict[str, float]) -> None:
+        """Adds this sink's ``sink/<label>/...`` figures to ``out`` (``Monitor.stats()``)."""
+        prefix = f"sink/{self.label}/"
+        out[prefix + "queued"] = float(self.queue.qsize())
+        out[prefix + "written"] = float(self.written)
+        out[prefix + "dropped"] = float(self.dropped)
+        out[prefix + "errors"] = float(self.failures)
+        out[prefix + "write_seconds"] = self.write_seconds

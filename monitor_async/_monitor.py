@@ -10,8 +10,8 @@ from types import TracebackType
 from typing import Any
 
 from ._callers import OFFLOADS, Offload, make_caller
-from ._channel import Channel
-from ._errors import ON_ERROR, ErrorPolicy, OnError, describe, log
+from ._channel import channels_for
+from ._errors import ON_ERROR, ErrorPolicy, OnError, log
 from ._poll import SKIPPED, Counters, Poller, poll_forever
 from ._schedule import Every
 from ._threads import WorkerPool
@@ -29,17 +29,6 @@ def _positive(name: str, value: float | None, *, integer: bool = False) -> None:
         raise ValueError(f"Monitor: {name} must be {kind}, got {value!r}")
 
 
-def _label(sink: Any, taken: set[str]) -> str:
-    name = getattr(sink, "name", None)
-    base = name if isinstance(name, str) and name else type(sink).__name__.lower()
-    label, n = base, 0
-    while label in taken:
-        n += 1
-        label = f"{base}_{n}"
-    taken.add(label)
-    return label
-
-
 def _default_name(target: Any) -> str:
     """The lowercase class name; for a manager proxy or a Ray actor handle, the class behind it."""
     name = type(target).__name__
@@ -49,15 +38,6 @@ def _default_name(target: Any) -> str:
         descriptor = getattr(target, "_ray_actor_creation_function_descriptor", None)
         name = (getattr(descriptor, "class_name", None) or name).rpartition(".")[2]
     return name.lower()
-
-
-def _as_sink(obj: Any) -> Any:
-    """A Sink as is; a legacy (TorchRL / AgileRL style) logger wrapped in LoggerSink."""
-    if inspect.iscoroutinefunction(getattr(obj, "write", None)):
-        return obj
-    from .backends._logger import LoggerSink
-
-    return LoggerSink(obj)
 
 
 class Monitor:
@@ -124,15 +104,7 @@ class Monitor:
         self._pool: WorkerPool | None = None
         self._errors = ErrorPolicy(on_error)
         self._errors.on_fatal = self._halt_polling
-        if sinks is None:
-            sinks = []
-        elif not isinstance(sinks, Sequence) or isinstance(sinks, (str, bytes)):
-            sinks = [sinks]
-        labels: set[str] = set()
-        self._channels = [
-            Channel(sink, _label(sink, labels), queue_size, max_batch, self._errors)
-            for sink in map(_as_sink, sinks)
-        ]
+        self._channels = channels_for(sinks, queue_size, max_batch, self._errors)
         self._counters = Counters()
         self._poller = Poller(self._counters, self._channels, self._errors, self._worker_pool)
         self._watches: dict[str, Watch] = {}
@@ -287,7 +259,7 @@ class Monitor:
         for channel in self._channels:
             await channel.settle()
         for channel in self._channels:
-            await self._sink_call(channel, "flush")
+            await channel.call("flush")
         self._raise_pending()
 
     # ------------------------------------------------------------ background mode
@@ -331,7 +303,7 @@ class Monitor:
                 await channel.halt()
             if self.close_sinks:
                 await asyncio.gather(
-                    *(self._sink_call(channel, "close", self.stop_timeout) for channel in self._channels)
+                    *(channel.call("close", self.stop_timeout) for channel in self._channels)
                 )
             if self._stop_event is not None:
                 self._stop_event.set()
@@ -390,33 +362,7 @@ class Monitor:
 
     async def _drain_and_flush(self) -> None:
         """Drains and flushes every sink at once, so a hung sink never eats another's stop_timeout."""
-        deadline = asyncio.get_running_loop().time() + self.stop_timeout
-        await asyncio.gather(*(self._drain_one(channel, deadline) for channel in self._channels))
-
-    async def _drain_one(self, channel: Channel, deadline: float) -> None:
-        loop = asyncio.get_running_loop()
-        try:
-            await asyncio.wait_for(channel.settle(), max(0.0, deadline - loop.time()))
-        except TimeoutError:
-            await channel.halt()
-            lost = channel.abandon()
-            log.warning(
-                "sink %r did not drain within stop_timeout=%gs; abandoned %d queued records",
-                channel.label, self.stop_timeout, lost,
-            )
-            return
-        await self._sink_call(channel, "flush", max(0.0, deadline - loop.time()))
-
-    async def _sink_call(self, channel: Channel, method: str, limit: float | None = None) -> None:
-        timeout = limit
-        try:
-            await asyncio.wait_for(getattr(channel.sink, method)(), timeout)
-        except TimeoutError:
-            channel.failures += 1
-            log.warning("sink %r: %s() did not return within %gs; abandoned", channel.label, method, timeout)
-        except Exception as exc:  # noqa: BLE001 - reported through on_error
-            channel.failures += 1
-            self._errors.report(f"sink {channel.label!r}: {method}() raised {describe(exc)}", exc, first=True)
+        await asyncio.gather(*(channel.finish(self.stop_timeout) for channel in self._channels))
 
     def _raise_pending(self) -> None:
         error = self._errors.take()
@@ -442,11 +388,6 @@ class Monitor:
             "values_dropped": float(c.values_dropped),
             "watches": float(len(self._watches)),
         }
-        for ch in self._channels:
-            prefix = f"sink/{ch.label}/"
-            out[prefix + "queued"] = float(ch.queue.qsize())
-            out[prefix + "written"] = float(ch.written)
-            out[prefix + "dropped"] = float(ch.dropped)
-            out[prefix + "errors"] = float(ch.failures)
-            out[prefix + "write_seconds"] = ch.write_seconds
+        for channel in self._channels:
+            channel.report(out)
         return out
