@@ -29,13 +29,13 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import uvicorn
-from monitor_async.backends import PrometheusSink
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Mount, Route
 
 from monitor_async import Monitor
+from monitor_async.backends import PrometheusSink
 from monitor_async.targets import SystemStats
 
 N_ACTIONS = 4
