@@ -16,18 +16,17 @@ import contextlib
 import functools
 import threading
 import weakref
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import Future
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 import anyio
 from anyio.from_thread import BlockingPortal
 
-from ._callers import Offload
 from ._errors import OnError, log
 from ._monitor import Monitor
-from ._schedule import Every
+from ._options import MonitorOptions, WatchOptions
 
 __all__ = ["LoggerMonitor", "SyncMonitor"]
 
@@ -67,32 +66,9 @@ class SyncMonitor:
     """
 
     def __init__(
-        self,
-        sinks: Any = None,
-        *,
-        background: bool = True,
-        poll_interval: float = 1.0,
-        on_error: OnError = "warn",
-        queue_size: int = 1024,
-        max_batch: int = 256,
-        poll_timeout: float | None = None,
-        close_sinks: bool = False,
-        stop_timeout: float = 5.0,
-        thread_limit: int = 8,
-        max_values: int = 10_000,
+        self, sinks: Any = None, *, background: bool = True, **options: Unpack[MonitorOptions]
     ) -> None:
-        self.monitor = Monitor(
-            sinks,
-            poll_interval=poll_interval,
-            on_error=on_error,
-            queue_size=queue_size,
-            max_batch=max_batch,
-            poll_timeout=poll_timeout,
-            close_sinks=close_sinks,
-            stop_timeout=stop_timeout,
-            thread_limit=thread_limit,
-            max_values=max_values,
-        )
+        self.monitor = Monitor(sinks, **options)
         self.background = background
         self._lock = threading.RLock()
         self._portal: BlockingPortal | None = None
@@ -172,40 +148,9 @@ class SyncMonitor:
             return fn()
 
     # ----------------------------------------------------------------- public API
-    def watch(
-        self,
-        target: Any,
-        *,
-        name: str | None = None,
-        schedule: Every | None = None,
-        step: str | None = None,
-        stats_fn: Callable[..., Any] | None = None,
-        stats_kwargs: dict[str, Any] | None = None,
-        rate_keys: Sequence[str] | None = None,
-        log_on_start: bool = True,
-        log_on_close: bool = True,
-        poll_interval: float | None = None,
-        timeout: float | None = None,
-        offload: Offload = "auto",
-    ) -> str:
-        """Registers a target (see :meth:`Monitor.watch`) and returns its name."""
-        return self._call(
-            functools.partial(
-                self.monitor.watch,
-                target,
-                name=name,
-                schedule=schedule,
-                step=step,
-                stats_fn=stats_fn,
-                stats_kwargs=stats_kwargs,
-                rate_keys=rate_keys,
-                log_on_start=log_on_start,
-                log_on_close=log_on_close,
-                poll_interval=poll_interval,
-                timeout=timeout,
-                offload=offload,
-            )
-        )
+    def watch(self, target: Any, **options: Unpack[WatchOptions]) -> str:
+        """Registers a target (same options as :meth:`Monitor.watch`) and returns its name."""
+        return self._call(functools.partial(self.monitor.watch, target, **options))
 
     def unwatch(self, name: str) -> None:
         """Stops polling the named target."""

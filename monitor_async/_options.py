@@ -1,0 +1,42 @@
+"""The keyword options of ``Monitor`` and ``Monitor.watch``, for the facades that forward them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypedDict
+
+from ._callers import Offload
+from ._errors import OnError
+from ._schedule import Every
+
+__all__ = ["MonitorOptions", "WatchOptions"]
+
+
+class MonitorOptions(TypedDict, total=False):
+    """The keyword options of :class:`Monitor` (what ``SyncMonitor`` forwards to it)."""
+
+    poll_interval: float
+    on_error: OnError
+    queue_size: int
+    max_batch: int
+    poll_timeout: float | None
+    close_sinks: bool
+    stop_timeout: float
+    thread_limit: int
+    max_values: int
+
+
+class WatchOptions(TypedDict, total=False):
+    """The keyword options of :meth:`Monitor.watch` (what ``SyncMonitor.watch`` forwards)."""
+
+    name: str | None
+    schedule: Every | None
+    step: str | None
+    stats_fn: Callable[..., Any] | None
+    stats_kwargs: Mapping[str, Any] | None
+    rate_keys: Sequence[str] | None
+    log_on_start: bool
+    log_on_close: bool
+    poll_interval: float | None
+    timeout: float | None
+    offload: Offload
