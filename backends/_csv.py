@@ -6,12 +6,10 @@ import csv
 import io
 import os
 from collections.abc import Sequence
-from pathlib import Path
 
 from monitor_async._record import Record
 
-from ._base import BaseSink
-from ._files import LineFile
+from ._files import LineSink
 
 __all__ = ["CSVSink"]
 
@@ -28,7 +26,7 @@ def _quote(field: str) -> str:
     return buf.getvalue()[:-2]
 
 
-class CSVSink(BaseSink):
+class CSVSink(LineSink):
     """Appends one CSV row per value: ``time,name,step,metric,value``.
 
     Guarantees:
@@ -68,13 +66,10 @@ class CSVSink(BaseSink):
         [['name', 'step', 'metric', 'value'], ['rb', '', 'rb/size', '3.0']]
     """
 
+    header = HEADER.encode()
+
     def __init__(self, path: str | os.PathLike[str], *, fsync: bool = False, name: str | None = None) -> None:
-        if not isinstance(path, (str, os.PathLike)):
-            raise TypeError(f"CSVSink: path must be a str or os.PathLike, got {type(path).__name__}")
-        self.path = Path(path)
-        self.fsync = bool(fsync)
-        self.name = name
-        self._file = LineFile(self.path, "CSVSink", header=HEADER.encode(), fsync=self.fsync)
+        super().__init__(path, fsync=fsync, name=name)
         self._quoted: dict[str, str] = {}
         self._templates: dict[tuple[str, ...], str] = {}
 
@@ -122,13 +117,3 @@ class CSVSink(BaseSink):
         templates[keys] = template
         return template
 
-    async def _open(self) -> None:
-        await self._file.open()
-
-    async def _write(self, records: Sequence[Record]) -> None:
-        block = self.format(records)
-        if block:
-            await self._file.write(block.encode())
-
-    async def _close(self) -> None:
-        await self._file.close()

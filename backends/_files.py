@@ -11,13 +11,18 @@ every later line still starts on a line of its own.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import aiofiles
 import aiofiles.os
 
-__all__ = ["LineFile"]
+from monitor_async._record import Record
+
+from ._base import BaseSink
+
+__all__ = ["LineFile", "LineSink"]
 
 _fsync = aiofiles.os.wrap(os.fsync)
 _fstat = aiofiles.os.wrap(os.fstat)
@@ -100,3 +105,37 @@ class LineFile:
         file, self._file = self._file, None
         if file is not None:
             await file.close()
+
+
+class LineSink(BaseSink):
+    """A sink that appends each batch to a :class:`LineFile` as one block of whole lines.
+
+    Subclasses say how a batch reads (:meth:`format`) and, optionally, the
+    ``header`` line a new file starts with.
+    """
+
+    header = b""
+
+    def __init__(self, path: str | os.PathLike[str], *, fsync: bool = False, name: str | None = None) -> None:
+        owner = type(self).__name__
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"{owner}: path must be a str or os.PathLike, got {type(path).__name__}")
+        self.path = Path(path)
+        self.fsync = bool(fsync)
+        self.name = name
+        self._file = LineFile(self.path, owner, header=self.header, fsync=self.fsync)
+
+    def format(self, records: Sequence[Record]) -> str:
+        """The lines of ``records`` as one block of text (what ``write`` appends)."""
+        raise NotImplementedError
+
+    async def _open(self) -> None:
+        await self._file.open()
+
+    async def _write(self, records: Sequence[Record]) -> None:
+        block = self.format(records)
+        if block:
+            await self._file.write(block.encode())
+
+    async def _close(self) -> None:
+        await self._file.close()

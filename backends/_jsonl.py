@@ -5,17 +5,15 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
-from pathlib import Path
 
 from monitor_async._record import Record
 
-from ._base import BaseSink
-from ._files import LineFile
+from ._files import LineSink
 
 __all__ = ["JSONLSink"]
 
 
-class JSONLSink(BaseSink):
+class JSONLSink(LineSink):
     """Appends one line per record: ``{"time", "name", "step", "metrics"}``.
 
     Guarantees:
@@ -52,12 +50,7 @@ class JSONLSink(BaseSink):
     """
 
     def __init__(self, path: str | os.PathLike[str], *, fsync: bool = False, name: str | None = None) -> None:
-        if not isinstance(path, (str, os.PathLike)):
-            raise TypeError(f"JSONLSink: path must be a str or os.PathLike, got {type(path).__name__}")
-        self.path = Path(path)
-        self.fsync = bool(fsync)
-        self.name = name
-        self._file = LineFile(self.path, "JSONLSink", fsync=self.fsync)
+        super().__init__(path, fsync=fsync, name=name)
         self._encode = json.JSONEncoder(separators=(",", ":"), check_circular=False).encode
         self._names: dict[str, str] = {}
 
@@ -76,13 +69,3 @@ class JSONLSink(BaseSink):
             )
         return "".join(lines)
 
-    async def _open(self) -> None:
-        await self._file.open()
-
-    async def _write(self, records: Sequence[Record]) -> None:
-        block = self.format(records)
-        if block:
-            await self._file.write(block.encode())
-
-    async def _close(self) -> None:
-        await self._file.close()
