@@ -22,14 +22,16 @@ class KeyCache:
     interpreter's fast dict subscript. Bounded: it starts afresh once it holds
     more than ``bound`` keys (a target whose key names keep changing, with an
     id or a time in them), so its memory never grows without bound.
+    ``added`` counts the keys ever added, so a reader can tell the set changed.
     """
 
-    __slots__ = ("bound", "names", "prefix")
+    __slots__ = ("added", "bound", "names", "prefix")
 
     def __init__(self, prefix: str, bound: int) -> None:
         self.prefix = prefix
         self.bound = bound
         self.names: dict[Any, str] = {}
+        self.added = 0
 
     def of(self, key: Any) -> str:
         """The namespaced name of ``key`` (a non-str key is first made a str)."""
@@ -39,6 +41,7 @@ class KeyCache:
             if len(names) >= self.bound:
                 names.clear()
             name = names[key] = self.prefix + (key if type(key) is str else str(key))
+            self.added += 1
         return name
 
 

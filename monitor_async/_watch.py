@@ -14,7 +14,7 @@ from time import time as _time
 
 from ._callers import Caller
 from ._errors import log
-from ._record import Record
+from ._record import Record, new_record
 from ._schedule import Every
 from ._values import KeyCache, as_mapping, flatten
 
@@ -58,7 +58,9 @@ class Watch:
         "name",
         "next_threshold",
         "rate_pairs",
+        "rates_live",
         "rates_overlap",
+        "rates_seen",
         "schedule",
         "step_key",
         "target",
@@ -89,22 +91,27 @@ class Watch:
         self.interval = interval
         self.timeout = timeout
         self.max_values = max_values
-        # every kept key, plus room for rate names: a snapshot of known keys never clears it
-        keys = self.keys = KeyCache(name + "/", 2 * max_values + 64)
+        # the snapshot keys seen so far (room for them all: a snapshot of known keys never clears it)
+        prefix = name + "/"
+        self.keys = KeyCache(prefix, 2 * max_values + 64)
         names = (
             DEFAULT_RATE_NAMES
             if rate_keys is None
             else {k: DEFAULT_RATE_NAMES.get(k, f"{k}_per_second") for k in rate_keys}
         )
         self.rate_pairs: tuple[tuple[str, str], ...] = tuple(
-            (keys.of(key), keys.of(rate)) for key, rate in names.items()
+            (prefix + key, prefix + rate) for key, rate in names.items()
         )
         # a rate named like another rate's counter (rate_keys=["x", "x_per_second"]) must not be
         # read back as that counter: such watches read every counter before adding any rate
         self.rates_overlap = bool({rate for _, rate in self.rate_pairs} & {key for key, _ in self.rate_pairs})
-        self.step_key = None if step_key is None else keys.of(step_key)
+        # the pairs whose counter this target has reported so far, and ``keys.added`` when they
+        # were found: a snapshot of known keys checks only those, not every default counter name
+        self.rates_live: tuple[tuple[str, str], ...] = ()
+        self.rates_seen = -1
+        self.step_key = None if step_key is None else prefix + step_key
         self.counter_key = (
-            keys.of(schedule.key) if schedule is not None and schedule.kind == "counter" and schedule.key else None
+            prefix + schedule.key if schedule is not None and schedule.kind == "counter" and schedule.key else None
         )
         self.baseline: dict[str, float] = {}
         self.baseline_time: float | None = None
@@ -151,7 +158,9 @@ class Watch:
             counters = {}
             elapsed = now - since
             baseline = self.baseline
-            for key, rate in self.rate_pairs:
+            if keys.added != self.rates_seen:
+                self._find_rates()
+            for key, rate in self.rates_live:
                 current = metrics.get(key)
                 if current is not None:
                     counters[key] = current
@@ -161,7 +170,13 @@ class Watch:
         self.baseline = counters
         self.baseline_time = self.last_log_time = now
         self.has_logged = True
-        return Record(self.name, step, _time(), metrics), dropped
+        return new_record(self.name, step, _time(), metrics), dropped
+
+    def _find_rates(self) -> None:
+        keys = self.keys
+        seen = set(keys.names.values())
+        self.rates_live = tuple(pair for pair in self.rate_pairs if pair[0] in seen)
+        self.rates_seen = keys.added
 
     def _counters(self, metrics: Mapping[str, float]) -> dict[str, float]:
         """The values rates are derived from (read before any rate is added)."""

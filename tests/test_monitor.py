@@ -117,6 +117,20 @@ async def test_rates_default_table_custom_keys_and_resets() -> None:
     assert logged["d"]["d/samples_per_second"] > 0
 
 
+async def test_a_counter_reported_late_still_gets_its_rate() -> None:
+    target = Settable({"other": 1})
+    monitor = Monitor(MemorySink())
+    monitor.watch(target, name="c")
+    for _ in range(3):  # polls that never mention "frames"
+        assert "c/frames_per_second" not in (await monitor.step())["c"]
+    target.value = {"other": 1, "frames": 10}
+    await monitor.step()  # the first poll with the counter: its baseline
+    await asyncio.sleep(0.02)
+    target.value = {"other": 1, "frames": 30}
+    logged = await monitor.step()
+    assert logged["c"]["c/frames_per_second"] > 0
+
+
 async def test_stats_kwargs_and_step_key() -> None:
     sink = MemorySink()
     calls = []
