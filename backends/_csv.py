@@ -38,10 +38,12 @@ class CSVSink(LineSink):
           to a file that starts with it adds none, and a file that starts with
           anything else is refused with an error naming the path.
         - Every batch is formatted as one block of whole rows and appended in
-          one unbuffered write through aiofiles (never on the event loop's
-          thread), so when ``write`` returns the rows are in the OS and a crash
-          never leaves half a row. ``fsync=True`` also forces each batch to
-          disk before ``write`` returns.
+          one locked, unbuffered write through aiofiles (never on the event
+          loop's thread), so when ``write`` returns the rows are in the OS.
+          The file holds only whole rows: a write that fails part way (a full
+          disk) is taken back, and part of a block left by a process killed
+          mid-write is cut away when the file is next opened. ``fsync=True``
+          also forces each batch to disk before ``write`` returns.
         - Names holding commas, quotes or line breaks are quoted the way
           ``csv.reader`` reads them back.
         - Nothing is dropped here: the monitor's per-sink queue decides that.

@@ -1,17 +1,25 @@
 """An append-only line file written through aiofiles: the I/O under CSVSink and JSONLSink.
 
 Each batch arrives as one block of whole lines and goes to the OS in one
-unbuffered ``write`` on an ``O_APPEND`` file, so when ``write`` returns the
-lines are visible to readers and survive a crash of this process, and
-concurrent appenders never interleave inside a block. A write that the OS
-cuts short (a full disk) is finished by the next one after a line break, so
-every later line still starts on a line of its own.
+``write`` on an ``O_APPEND`` file, on aiofiles' worker thread, so when
+``write`` returns the lines are visible to readers and survive a crash of
+this process. The file only ever holds whole lines:
+
+- A write that fails part way (a full disk) is taken back: the file is cut
+  to where the block began, so a failed batch leaves nothing behind.
+- A process killed during a large write can leave part of a block (Linux
+  may stop a write that spans memory pages at a page boundary when SIGKILL
+  arrives). The next open finds a file that does not end in a line break and
+  cuts that partial line away.
+- Each append, and that check at open, holds an exclusive ``flock`` on the
+  file, so processes appending to one file never cut each other's lines.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +30,86 @@ from monitor_async._record import Record
 
 from ._base import BaseSink
 
+try:
+    import fcntl
+except ImportError:  # not on Windows: appends are still whole, just not locked
+    fcntl = None  # type: ignore[assignment]
+
 __all__ = ["LineFile", "LineSink"]
 
-_fsync = aiofiles.os.wrap(os.fsync)
-_fstat = aiofiles.os.wrap(os.fstat)
+_CHUNK = 1 << 16
+
+
+@contextlib.contextmanager
+def _locked(fd: int) -> Iterator[None]:
+    """An exclusive ``flock`` on ``fd`` (none where the OS or the file system has none)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except (AttributeError, OSError):
+        yield
+        return
+    try:
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+def _append_all(fd: int, data: bytes) -> None:
+    """Appends all of ``data``; on failure, cuts the file back to where ``data`` began."""
+    start = os.lseek(fd, 0, os.SEEK_END)  # where an O_APPEND write lands, under the lock
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[os.write(fd, view) :]
+    except OSError:
+        if len(view) < len(data):  # part of the block reached the file: take it back
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, start)
+        raise
+
+
+def _append(fd: int, data: bytes, fsync: bool) -> None:
+    """One batch, on aiofiles' worker thread: locked, whole or not at all, then forced to disk if asked."""
+    with _locked(fd):
+        _append_all(fd, data)
+        if fsync:
+            os.fsync(fd)
+
+
+def _line_end(fd: int, size: int) -> int:
+    """The offset just past the last line break before ``size`` (0 when there is none)."""
+    end = size
+    while end > 0:
+        begin = max(0, end - _CHUNK)
+        at = os.pread(fd, end - begin, begin).rfind(b"\n")
+        if at >= 0:
+            return begin + at + 1
+        end = begin
+    return 0
+
+
+def _prepare(fd: int, header: bytes) -> bytes | None:
+    """At open, locked: the header goes into an empty file, and a torn last line is cut away.
+
+    Returns the first line of a file that does not start with ``header``
+    (the file is then left as it is), else ``None``.
+    """
+    with _locked(fd):
+        size = os.fstat(fd).st_size
+        if size == 0:
+            _append_all(fd, header)
+            return None
+        if header:
+            head = os.pread(fd, max(len(header), 256), 0)
+            if not head.startswith(header):
+                return head.split(b"\n", 1)[0]
+        if os.pread(fd, 1, size - 1) != b"\n":
+            os.ftruncate(fd, _line_end(fd, size))
+    return None
+
+
+_append_async = aiofiles.os.wrap(_append)
+_prepare_async = aiofiles.os.wrap(_prepare)
 
 
 class LineFile:
@@ -41,65 +125,39 @@ class LineFile:
         self.header = header
         self.fsync = fsync
         self._file: Any = None
-        self._torn = False
+
+    def _error(self, exc: OSError) -> OSError:
+        return OSError(exc.errno, f"{self.owner} cannot append to {str(self.path)!r}: {exc.strerror}")
 
     async def open(self) -> None:
         path = self.path
         try:
             await aiofiles.os.makedirs(path.parent, exist_ok=True)
-            file = await aiofiles.open(path, "ab", buffering=0)
+            file = await aiofiles.open(path, "a+b", buffering=0)  # read too: the checks at open
         except OSError as exc:
-            raise OSError(exc.errno, f"{self.owner} cannot append to {str(path)!r}: {exc.strerror}") from exc
+            raise self._error(exc) from exc
         try:
-            lead = await self._lead(file)
-            self._file = file
-            if lead:
-                await self.write(lead)
+            first = await _prepare_async(file.fileno(), self.header)
+        except OSError as exc:
+            await file.close()
+            raise self._error(exc) from exc
         except BaseException:
-            self._file = None
             await file.close()
             raise
-
-    async def _lead(self, file: Any) -> bytes:
-        """What goes before the first block: the header of a new file, a line break after a torn line."""
-        size = (await _fstat(file.fileno())).st_size
-        if size == 0:
-            return self.header
-        lead = b""
-        async with aiofiles.open(self.path, "rb") as reader:
-            if self.header:
-                first = await reader.readline()
-                if first != self.header:
-                    raise ValueError(
-                        f"{self.owner}: {str(self.path)!r} starts with {first[:200]!r}, not the header "
-                        f"{self.header!r}; append to a file this sink wrote, or pick a new path"
-                    )
-            await reader.seek(size - 1)
-            if await reader.read(1) != b"\n":
-                lead = b"\n"
-        return lead
+        if first is not None:
+            await file.close()
+            raise ValueError(
+                f"{self.owner}: {str(path)!r} starts with {first[:200]!r}, not the header "
+                f"{self.header!r}; append to a file this sink wrote, or pick a new path"
+            )
+        self._file = file
 
     async def write(self, data: bytes) -> None:
-        """Appends ``data`` (whole lines) in one write; with ``fsync``, also forces it to disk."""
-        file = self._file
-        if self._torn:
-            data = b"\n" + data
-        view = memoryview(data)
-        while view:
-            try:
-                n = await file.write(view)
-            except BaseException as exc:
-                if len(view) < len(data):
-                    self._torn = True
-                if isinstance(exc, OSError):
-                    raise OSError(
-                        exc.errno, f"{self.owner} cannot append to {str(self.path)!r}: {exc.strerror}"
-                    ) from exc
-                raise
-            view = view[n:]
-            self._torn = bool(view)
-        if self.fsync:
-            await _fsync(file.fileno())
+        """Appends ``data`` (whole lines) in one locked write; with ``fsync``, also forces it to disk."""
+        try:
+            await _append_async(self._file.fileno(), data, self.fsync)
+        except OSError as exc:
+            raise self._error(exc) from exc
 
     async def close(self) -> None:
         file, self._file = self._file, None

@@ -22,10 +22,12 @@ class JSONLSink(LineSink):
           (``{"<name>/<metric>": float}``). Line breaks inside names are
           escaped by JSON, so every record is exactly one line.
         - Every batch is formatted as one block of whole lines and appended in
-          one unbuffered write through aiofiles (never on the event loop's
-          thread): when ``write`` returns the lines are in the OS, and a crash
-          never leaves half a line. ``fsync=True`` also forces each batch to
-          disk before ``write`` returns.
+          one locked, unbuffered write through aiofiles (never on the event
+          loop's thread): when ``write`` returns the lines are in the OS. The
+          file holds only whole lines: a write that fails part way (a full
+          disk) is taken back, and part of a block left by a process killed
+          mid-write is cut away when the file is next opened. ``fsync=True``
+          also forces each batch to disk before ``write`` returns.
         - Appending to an existing file keeps what it holds. Parent folders are
           created on first write; constructing does no I/O. One sink is used
           from one event loop (aiofiles binds the file to the loop that opened

@@ -106,3 +106,80 @@ def test_sigkill_while_writing_leaves_only_whole_rows_and_lines(tmp_path: Path) 
     for series in (csv_series, jsonl_series):
         for name, values in series.items():
             assert values == [float(i) for i in range(1, len(values) + 1)], f"{name}: lost or reordered"
+
+
+FSIZE_SCRIPT = textwrap.dedent(
+    """
+    import asyncio, resource, signal, sys
+    from monitor_async import Record
+    from monitor_async.backends import CSVSink
+
+    # the file may not grow past 20,000 bytes: the write that crosses it is cut short
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))
+
+    async def main():
+        sink = CSVSink(sys.argv[1])
+        n = 0
+        try:
+            while True:
+                await sink.write([Record("w", None, float(n + i), {f"w/k{j}": float(j) for j in range(30)})
+                                  for i in range(3)])
+                n += 3
+        except OSError as exc:
+            print(exc)
+        await sink.close()
+
+    asyncio.run(main())
+    """
+)
+
+
+def test_a_write_cut_short_by_a_size_limit_is_taken_back(tmp_path: Path) -> None:
+    path = tmp_path / "m.csv"
+    done = subprocess.run(
+        [sys.executable, "-c", FSIZE_SCRIPT, str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"CSVSink cannot append to {str(path)!r}: File too large" in done.stdout
+    data = path.read_bytes()
+    assert len(data) < 20_000 and data.endswith(b"\n")
+    rows = list(csv.reader(io.StringIO(data.decode(), newline="")))
+    assert rows[0] == HEADER
+    assert all(len(row) == 5 for row in rows[1:])
+    assert len(rows[1:]) % 90 == 0, "only whole batches: the one that did not fit left nothing"
+
+
+APPENDER_SCRIPT = textwrap.dedent(
+    """
+    import asyncio, sys
+    from monitor_async import Record
+    from monitor_async.backends import CSVSink
+
+    async def main():
+        name = sys.argv[2]
+        async with CSVSink(sys.argv[1]) as sink:
+            for n in range(300):
+                await sink.write([Record(name, None, float(n), {f"{name}/k{j}": float(j) for j in range(30)})])
+
+    asyncio.run(main())
+    """
+)
+
+
+def test_processes_appending_to_one_file_write_one_header_and_only_whole_rows(tmp_path: Path) -> None:
+    path = tmp_path / "shared.csv"
+    procs = [
+        subprocess.Popen([sys.executable, "-c", APPENDER_SCRIPT, str(path), f"p{i}"], stderr=subprocess.PIPE, text=True)
+        for i in range(3)
+    ]
+    for proc in procs:
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+    rows = list(csv.reader(io.StringIO(path.read_text(), newline="")))
+    assert rows[0] == HEADER and HEADER not in rows[1:], "the header is written once"
+    assert all(len(row) == 5 for row in rows[1:])
+    for i in range(3):
+        times = [float(row[0]) for row in rows[1:] if row[1] == f"p{i}"]
+        assert len(times) == 300 * 30
+        assert times == sorted(times), "each process's batches are whole and in order"
