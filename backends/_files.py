@@ -56,13 +56,16 @@ def _locked(fd: int) -> Iterator[None]:
 
 def _append_all(fd: int, data: bytes) -> None:
     """Appends all of ``data``; on failure, cuts the file back to where ``data`` began."""
-    start = os.lseek(fd, 0, os.SEEK_END)  # where an O_APPEND write lands, under the lock
+    try:
+        start: int | None = os.lseek(fd, 0, os.SEEK_END)  # where an O_APPEND write lands, under the lock
+    except OSError:  # a pipe or a terminal (CSVSink("/dev/stdout")): nothing to take back
+        start = None
     view = memoryview(data)
     try:
         while view:
             view = view[os.write(fd, view) :]
     except OSError:
-        if len(view) < len(data):  # part of the block reached the file: take it back
+        if start is not None and len(view) < len(data):  # part of the block reached the file: take it back
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, start)
         raise

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import csv
 import logging
+import os
 import time
 from pathlib import Path
 
@@ -173,3 +174,14 @@ def test_built_in_sync_code_then_used_on_a_loop(tmp_path: Path) -> None:
 def test_bad_path_type_is_rejected_at_construction() -> None:
     with pytest.raises(TypeError, match=r"CSVSink: path must be a str or os\.PathLike"):
         CSVSink(3)  # type: ignore[arg-type]
+
+
+async def test_rows_can_go_to_a_pipe(tmp_path: Path) -> None:
+    read_end, write_end = os.pipe()
+    try:
+        async with CSVSink(f"/proc/self/fd/{write_end}") as sink:  # what CSVSink("/dev/stdout") opens
+            await sink.write([Record(name="p", step=1, time=2.0, metrics={"p/x": 3.0})])
+        assert os.read(read_end, 4096) == b"time,name,step,metric,value\n2.0,p,1,p/x,3.0\n"
+    finally:
+        os.close(read_end)
+        os.close(write_end)
