@@ -32,7 +32,7 @@ from ._base import BaseSink
 
 try:
     import fcntl
-except ImportError:  # not on Windows: appends are still whole, just not locked
+except ImportError:  # Windows has no fcntl: appends are still whole, just not locked
     fcntl = None  # type: ignore[assignment]
 
 __all__ = ["LineFile", "LineSink"]
