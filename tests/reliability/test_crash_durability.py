@@ -1,10 +1,12 @@
-"""Issue 7, item 4: a process killed with SIGKILL leaves only whole CSV rows and JSONL lines.
+"""The file sinks keep only whole CSV rows and JSONL lines, whatever happens to the writer.
 
-A subprocess polls 20 targets every millisecond into a CSVSink and a
-JSONLSink and is killed with SIGKILL while writing, three times over on the
-same files (each run appends to what the last one left). Every row and every
-line on disk parses, the files end with a line break, and each target's
-values only ever increase.
+- A subprocess polls 20 targets every millisecond into a CSVSink and a
+  JSONLSink and is killed with SIGKILL while writing, three times over on the
+  same files (each run appends to what the last one left, and cuts away any
+  partial line the kill left). Every row and every line on disk parses, the
+  files end with a line break, and each target's values only ever increase.
+- A write cut short by a file size limit is taken back.
+- Processes appending to one file write one header and only whole rows.
 """
 
 from __future__ import annotations
