@@ -11,6 +11,17 @@ from monitor_async import Record
 from monitor_async.backends import BaseSink
 
 
+class Collector:
+    """A fake target: a cumulative frame counter and a fixed-size buffer."""
+
+    def __init__(self) -> None:
+        self.frames = 0
+
+    def stats(self) -> dict[str, float]:
+        self.frames += 100
+        return {"frames": self.frames, "size": 7.25}
+
+
 class Counter:
     """A target whose ``frames`` grows by ``step`` at each stats() call."""
 

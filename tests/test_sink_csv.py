@@ -13,19 +13,10 @@ import pytest
 
 from monitor_async import Monitor, Record
 from monitor_async.backends import CSVSink
+from tests.helpers import Collector
 
 HEADER = ["time", "name", "step", "metric", "value"]
 
-
-class Collector:
-    """A fake target: a cumulative frame counter and a fixed-size buffer."""
-
-    def __init__(self) -> None:
-        self.frames = 0
-
-    def stats(self) -> dict[str, float]:
-        self.frames += 100
-        return {"frames": self.frames, "size": 7.25}
 
 
 def read(path: Path) -> list[list[str]]:

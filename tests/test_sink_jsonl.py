@@ -12,15 +12,7 @@ import pytest
 
 from monitor_async import Monitor, Record
 from monitor_async.backends import JSONLSink
-
-
-class Collector:
-    def __init__(self) -> None:
-        self.frames = 0
-
-    def stats(self) -> dict[str, float]:
-        self.frames += 100
-        return {"frames": self.frames, "size": 7.25}
+from tests.helpers import Collector
 
 
 def read(path: Path) -> list[dict[str, Any]]:

@@ -11,15 +11,7 @@ from tensorboard.backend.event_processing import event_accumulator
 
 from monitor_async import Monitor, Record
 from monitor_async.backends import TensorBoardSink
-
-
-class Collector:
-    def __init__(self) -> None:
-        self.frames = 0
-
-    def stats(self) -> dict[str, float]:
-        self.frames += 100
-        return {"frames": self.frames, "size": 7.25}
+from tests.helpers import Collector
 
 
 def scalars(log_dir: Path) -> dict[str, list[tuple[int, float, float]]]:

@@ -13,17 +13,10 @@ import pytest
 
 from monitor_async import Monitor
 from monitor_async.backends import WandbSink
+from tests.helpers import Collector
 
 wandb = pytest.importorskip("wandb")
 
-
-class Collector:
-    def __init__(self) -> None:
-        self.frames = 0
-
-    def stats(self) -> dict[str, float]:
-        self.frames += 100
-        return {"frames": self.frames, "size": 7.25}
 
 
 @pytest.fixture

@@ -22,15 +22,7 @@ from monitor_async.backends import (
     TensorBoardSink,
     WandbSink,
 )
-
-
-class Collector:
-    def __init__(self) -> None:
-        self.frames = 0
-
-    def stats(self) -> dict[str, float]:
-        self.frames += 100
-        return {"frames": self.frames, "size": 7.25}
+from tests.helpers import Collector
 
 
 def csv_series(path: Path, key: str) -> list[float]:
