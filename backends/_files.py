@@ -17,6 +17,7 @@ this process. The file only ever holds whole lines:
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import os
 from collections.abc import Iterator, Sequence
@@ -168,7 +169,7 @@ class LineFile:
             await file.close()
 
 
-class LineSink(BaseSink):
+class LineSink(BaseSink, abc.ABC):
     """A sink that appends each batch to a :class:`LineFile` as one block of whole lines.
 
     Subclasses say how a batch reads (:meth:`format`) and, optionally, the
@@ -186,9 +187,9 @@ class LineSink(BaseSink):
         self.name = name
         self._file = LineFile(self.path, owner, header=self.header, fsync=self.fsync)
 
+    @abc.abstractmethod
     def format(self, records: Sequence[Record]) -> str:
         """The lines of ``records`` as one block of text (what ``write`` appends)."""
-        raise NotImplementedError
 
     async def _open(self) -> None:
         await self._file.open()

@@ -83,6 +83,8 @@ class SystemStats:
         for probe in (self._cpu, self._load, self._memory, self._proc, self._disk, self._net):
             try:
                 probe({})
+            # what psutil raises for a figure this platform or container does not offer
+            # (NotImplementedError is psutil's "not on this OS", e.g. getloadavg on some systems)
             except (OSError, AttributeError, NotImplementedError, psutil.AccessDenied, _Unavailable):
                 continue
             self._probes.append(probe)
