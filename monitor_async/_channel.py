@@ -5,6 +5,14 @@ waits: when the queue is full the *oldest* queued record is dropped and
 counted, so polling never waits for a sink and memory stays bounded. The
 writer task takes whatever is queued (up to ``max_batch`` records) and awaits
 one ``sink.write(batch)``; records of one watch reach the sink in order.
+
+In background mode the writer lets a batch fill first: it writes once
+:attr:`Channel.gather` records wait (``max_batch``, or half the queue when
+that is smaller, so gathering never makes the queue drop), or ``batch_wait``
+seconds after the first one arrived, whichever comes first. ``step()``,
+``flush()`` and ``stop()`` write at once. Fewer, larger writes cost a program
+running beside the monitor less: every write through a worker thread wakes
+threads that must each take the GIL from it.
 """
 
 from __future__ import annotations
@@ -21,7 +29,9 @@ from ._record import Record
 __all__ = ["Channel", "channels_for"]
 
 
-def channels_for(sinks: Any, queue_size: int, max_batch: int, errors: ErrorPolicy) -> list[Channel]:
+def channels_for(
+    sinks: Any, queue_size: int, max_batch: int, errors: ErrorPolicy, batch_wait: float = 0.0
+) -> list[Channel]:
     """One channel per sink (a sink, a legacy logger, or a sequence of them), with unique labels.
 
     A legacy (TorchRL / AgileRL style) logger is wrapped in ``LoggerSink``. A
@@ -46,7 +56,7 @@ def channels_for(sinks: Any, queue_size: int, max_batch: int, errors: ErrorPolic
             n += 1
             label = f"{base}_{n}"
         taken.add(label)
-        channels.append(Channel(sink, label, queue_size, max_batch, errors))
+        channels.append(Channel(sink, label, queue_size, max_batch, errors, batch_wait))
     return channels
 
 
@@ -54,12 +64,16 @@ class Channel:
     """One sink, its queue, its writer task and its counters."""
 
     def __init__(
-        self, sink: Any, label: str, queue_size: int, max_batch: int, errors: ErrorPolicy
+        self, sink: Any, label: str, queue_size: int, max_batch: int, errors: ErrorPolicy,
+        batch_wait: float = 0.0,
     ) -> None:
         self.sink = sink
         self.label = label
         self.queue: asyncio.Queue[Record] = asyncio.Queue(queue_size)
         self.max_batch = max_batch
+        self.batch_wait = batch_wait
+        self.gather = max(1, min(max_batch, queue_size // 2))
+        """Records waiting (the writer's first one included) that start a write at once."""
         self.errors = errors
         self.written = 0
         self.dropped = 0
@@ -68,15 +82,22 @@ class Channel:
         self.failing = False
         self.dropping = False
         self.task: asyncio.Task[None] | None = None
+        self._gathering: asyncio.Future[None] | None = None
+        self._hurry = 0  # settle() calls under way: the writer does not wait for a batch to fill
 
     def put(self, record: Record) -> None:
         """Queues ``record``, dropping the oldest queued record when full. Never waits."""
         queue = self.queue
         try:
             queue.put_nowait(record)
-            return
         except asyncio.QueueFull:
-            pass
+            self._drop_oldest(record)
+        if self._gathering is not None and queue.qsize() + 1 >= self.gather:  # + the writer's first
+            self._release()
+
+    def _drop_oldest(self, record: Record) -> None:
+        """Queues ``record`` in a full queue: the oldest record goes, counted (and warned of once per episode)."""
+        queue = self.queue
         queue.get_nowait()
         queue.task_done()
         self.dropped += 1
@@ -120,10 +141,34 @@ class Channel:
                 self.queue.task_done()
 
     async def run(self) -> None:
-        """The writer task: batch, write, repeat until cancelled."""
+        """The writer task: gather a batch, write it, repeat until cancelled."""
         queue = self.queue
         while True:
-            await self._write(self._take(await queue.get()))
+            first = await queue.get()
+            if self.batch_wait > 0 and not self._hurry and queue.qsize() + 1 < self.gather:
+                try:
+                    await self._gather()
+                except asyncio.CancelledError:  # the record in hand is lost: counted, like a drop
+                    self.dropped += 1
+                    queue.task_done()
+                    raise
+            await self._write(self._take(first))
+
+    async def _gather(self) -> None:
+        """Returns once :attr:`gather` records wait, ``batch_wait`` has passed, or a settle() hurries."""
+        loop = asyncio.get_running_loop()
+        self._gathering = waiter = loop.create_future()
+        timer = loop.call_later(self.batch_wait, self._release)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self._gathering = None
+
+    def _release(self) -> None:
+        waiter, self._gathering = self._gathering, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     async def drain(self) -> None:
         """Writes everything queued now, in the calling task (manual mode)."""
@@ -134,7 +179,12 @@ class Channel:
     async def settle(self) -> None:
         """Returns once every record queued so far has been written (or failed)."""
         if self.task is not None and not self.task.done():
-            await self.queue.join()
+            self._hurry += 1
+            try:
+                self._release()
+                await self.queue.join()
+            finally:
+                self._hurry -= 1
         else:
             await self.drain()
 

@@ -50,6 +50,11 @@ class Monitor:
           *oldest* queued records are dropped and counted
           (``stats()["sink/<label>/dropped"]``). Polling never waits for a sink.
         - Records of one watch reach every sink in poll order.
+        - In background mode a record reaches its sink within ``batch_wait``
+          seconds (default 0.25) of being queued, sooner once ``max_batch``
+          records wait (or half of ``queue_size``, when that is smaller);
+          ``step()``, ``flush()`` and ``stop()`` write everything queued at
+          once. ``batch_wait=0`` writes as soon as anything is queued.
         - ``stop()`` returns within a bounded time: a hung target's final
           snapshot is skipped, and a sink that does not drain within
           ``stop_timeout`` seconds is abandoned (its queued records counted as
@@ -85,6 +90,7 @@ class Monitor:
         stop_timeout: float = 5.0,
         thread_limit: int = 8,
         max_values: int = 10_000,
+        batch_wait: float = 0.25,
     ) -> None:
         if on_error not in ON_ERROR:
             raise ValueError(f"Monitor: on_error must be 'warn', 'raise' or 'ignore', got {on_error!r}")
@@ -95,6 +101,8 @@ class Monitor:
         _positive("max_batch", max_batch, integer=True)
         _positive("thread_limit", thread_limit, integer=True)
         _positive("max_values", max_values, integer=True)
+        if isinstance(batch_wait, bool) or not isinstance(batch_wait, (int, float)) or not 0 <= batch_wait < math.inf:
+            raise ValueError(f"Monitor: batch_wait must be a finite number of seconds >= 0, got {batch_wait!r}")
         self.poll_interval = float(poll_interval)
         self.poll_timeout = poll_timeout
         self.stop_timeout = float(stop_timeout)
@@ -104,7 +112,7 @@ class Monitor:
         self._pool: WorkerPool | None = None
         self._errors = ErrorPolicy(on_error)
         self._errors.on_fatal = self._halt_polling
-        self._channels = channels_for(sinks, queue_size, max_batch, self._errors)
+        self._channels = channels_for(sinks, queue_size, max_batch, self._errors, float(batch_wait))
         self._counters = Counters()
         self._poller = Poller(self._counters, self._channels, self._errors, self._worker_pool)
         self._watches: dict[str, Watch] = {}

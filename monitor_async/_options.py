@@ -24,6 +24,7 @@ class MonitorOptions(TypedDict, total=False):
     stop_timeout: float
     thread_limit: int
     max_values: int
+    batch_wait: float
 
 
 class WatchOptions(TypedDict, total=False):

@@ -32,7 +32,7 @@ async def test_a_sink_raising_on_every_write_is_reported_once_and_the_rest_goes_
 ) -> None:
     bad, good = FailingSink(name="bad"), MemorySink()
     target = Ticker()
-    monitor = Monitor([bad, good], poll_interval=0.02)
+    monitor = Monitor([bad, good], poll_interval=0.02, batch_wait=0)  # one write per poll
     monitor.watch(target, name="t")
     with caplog.at_level(logging.WARNING, logger="monitor_async"):
         async with monitor:
@@ -73,7 +73,7 @@ async def test_a_hung_sink_drops_its_oldest_records_while_polling_and_other_sink
     hung = HungAsyncSink("stuck") if kind == "async" else HungThreadSink("stuck")
     good = MemorySink()
     target = Ticker()
-    monitor = Monitor([hung, good], poll_interval=0.01, queue_size=8, stop_timeout=0.5)
+    monitor = Monitor([hung, good], poll_interval=0.01, queue_size=8, stop_timeout=0.5, batch_wait=0)
     monitor.watch(target, name="t")
     try:
         with caplog.at_level(logging.WARNING, logger="monitor_async"):
@@ -100,7 +100,9 @@ async def test_a_hung_sink_drops_its_oldest_records_while_polling_and_other_sink
 async def test_a_slow_sink_gets_batches_while_polling_and_a_fast_sink_keep_their_pace() -> None:
     slow, fast = RecordingSink("slow", delay=0.2), RecordingSink("fast")
     targets = [Ticker() for _ in range(10)]
-    monitor = Monitor([slow, fast], poll_interval=0.02, queue_size=10_000)
+    # batch_wait=0: each sink writes whatever is queued as soon as it can, so only the
+    # slow sink's own pace makes its batches grow
+    monitor = Monitor([slow, fast], poll_interval=0.02, queue_size=10_000, batch_wait=0)
     for i, target in enumerate(targets):
         monitor.watch(target, name=f"t{i}")
     await monitor.start()
