@@ -100,7 +100,7 @@ class InlineCaller(Caller):
         self.fn = fn
         self._auto = auto
         self._calls = 0
-        self._slow: deque[int] = deque(maxlen=SLOW_CALLS_TO_PROMOTE)
+        self._slow: deque[int] | None = None  # made at the first slow call: most targets never need it
 
     def call(self) -> Any:
         if not self._auto:
@@ -110,6 +110,8 @@ class InlineCaller(Caller):
         self._calls += 1
         if perf_counter() - start > SLOW_CALL_SECONDS and not inspect.isawaitable(result):
             slow = self._slow
+            if slow is None:
+                slow = self._slow = deque(maxlen=SLOW_CALLS_TO_PROMOTE)
             slow.append(self._calls)
             if len(slow) == SLOW_CALLS_TO_PROMOTE and self._calls - slow[0] < SLOW_CALLS_WINDOW:
                 self.wants_thread = True
