@@ -1,7 +1,7 @@
 """Issue 7, item 7: nothing is lost on a graceful stop (property-based).
 
 Over random target counts, kinds of stats(), intervals, schedules, batch
-sizes, sink speeds and queue sizes large enough not to drop, and whichever
+sizes and waits, sink speeds and queue sizes large enough not to drop, and whichever
 way the monitor is stopped: every record the monitor produced is written
 exactly once, in per-target poll order, to every sink (a real JSONL file
 included).
@@ -57,6 +57,7 @@ async def scenario(
     spec: list[tuple[str, float, Every | None]],
     max_batch: int,
     queue_size: int,
+    batch_wait: float,
     delay: float,
     run_for: float,
     how: str,
@@ -64,7 +65,9 @@ async def scenario(
 ) -> None:
     fast, slow = RecordingSink("fast"), RecordingSink("slow", delay=delay)
     jsonl = JSONLSink(folder / "m.jsonl", name="jsonl")
-    monitor = Monitor([fast, slow, jsonl], max_batch=max_batch, queue_size=queue_size, close_sinks=True)
+    monitor = Monitor(
+        [fast, slow, jsonl], max_batch=max_batch, queue_size=queue_size, batch_wait=batch_wait, close_sinks=True
+    )
     for i, (kind, interval, schedule) in enumerate(spec):
         target = Target(kind)
         fn: Any = target.astats if kind == "async" else target.snapshot
@@ -121,6 +124,7 @@ async def scenario(
     spec=watches,
     max_batch=st.integers(1, 64),
     queue_size=st.integers(2_000, 20_000),
+    batch_wait=st.sampled_from([0.0, 0.01, 0.25, 60.0]),
     delay=st.sampled_from([0.0, 0.001, 0.004]),
     run_for=st.sampled_from([0.0, 0.03, 0.15]),
     how=st.sampled_from(["stop", "async-with", "cancel-run"]),
@@ -130,10 +134,13 @@ def test_every_record_produced_before_stop_is_written_once_in_order_to_every_sin
     spec: list[tuple[str, float, Every | None]],
     max_batch: int,
     queue_size: int,
+    batch_wait: float,
     delay: float,
     run_for: float,
     how: str,
     log_final: bool,
 ) -> None:
     with tempfile.TemporaryDirectory() as folder:
-        asyncio.run(scenario(Path(folder), spec, max_batch, queue_size, delay, run_for, how, log_final))
+        asyncio.run(
+            scenario(Path(folder), spec, max_batch, queue_size, batch_wait, delay, run_for, how, log_final)
+        )
