@@ -9,7 +9,7 @@ one ``sink.write(batch)``; records of one watch reach the sink in order.
 In background mode the writer lets a batch fill first: it writes once
 :attr:`Channel.gather` records wait (``max_batch``, or half the queue when
 that is smaller, so gathering never makes the queue drop), or ``batch_wait``
-seconds after the first one arrived, whichever comes first. ``step()``,
+seconds after the first one was polled, whichever comes first. ``step()``,
 ``flush()`` and ``stop()`` write at once. Fewer, larger writes cost a program
 running beside the monitor less: every write through a worker thread wakes
 threads that must each take the GIL from it.
@@ -146,19 +146,23 @@ class Channel:
         while True:
             first = await queue.get()
             if self.batch_wait > 0 and not self._hurry and queue.qsize() + 1 < self.gather:
-                try:
-                    await self._gather()
-                except asyncio.CancelledError:  # the record in hand is lost: counted, like a drop
-                    self.dropped += 1
-                    queue.task_done()
-                    raise
+                # counted from the first record's poll, not from now: a record left over from
+                # a full batch, or queued while a slow write went on, has waited already
+                wait = min(self.batch_wait, self.batch_wait - (time.time() - first.time))
+                if wait > 0:
+                    try:
+                        await self._gather(wait)
+                    except asyncio.CancelledError:  # the record in hand is lost: counted, like a drop
+                        self.dropped += 1
+                        queue.task_done()
+                        raise
             await self._write(self._take(first))
 
-    async def _gather(self) -> None:
-        """Returns once :attr:`gather` records wait, ``batch_wait`` has passed, or a settle() hurries."""
+    async def _gather(self, wait: float) -> None:
+        """Returns once :attr:`gather` records wait, ``wait`` seconds have passed, or a settle() hurries."""
         loop = asyncio.get_running_loop()
         self._gathering = waiter = loop.create_future()
-        timer = loop.call_later(self.batch_wait, self._release)
+        timer = loop.call_later(wait, self._release)
         try:
             await waiter
         finally:

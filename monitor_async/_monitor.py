@@ -51,7 +51,7 @@ class Monitor:
           (``stats()["sink/<label>/dropped"]``). Polling never waits for a sink.
         - Records of one watch reach every sink in poll order.
         - In background mode a record reaches its sink within ``batch_wait``
-          seconds (default 0.25) of being queued, sooner once ``max_batch``
+          seconds (default 0.25) of its poll, sooner once ``max_batch``
           records wait (or half of ``queue_size``, when that is smaller);
           ``step()``, ``flush()`` and ``stop()`` write everything queued at
           once. ``batch_wait=0`` writes as soon as anything is queued.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from monitor_async import Monitor, Record, SyncMonitor
@@ -97,8 +98,34 @@ async def test_a_record_held_by_a_cancelled_writer_is_counted_as_dropped() -> No
     sink = RecordingSink("rec")
     channel = Channel(sink, "rec", 16, 8, ErrorPolicy("warn"), batch_wait=3600)
     channel.start()
-    channel.put(Record("c", None, 0.0, {"c/x": 1.0}))
+    channel.put(Record("c", None, time.time(), {"c/x": 1.0}))
     await wait_until(lambda: channel.queue.empty())  # the writer holds it, gathering a batch
     await channel.halt()
     assert channel.dropped == 1 and not sink.records
     await asyncio.wait_for(channel.queue.join(), 5)  # nothing is left unaccounted for
+
+
+class TimedSink(RecordingSink):
+    """A RecordingSink that notes when each write began and ended (``time.monotonic()``)."""
+
+    def __init__(self, delay: float) -> None:
+        super().__init__("timed", delay=delay)
+        self.spans: list[tuple[float, float]] = []
+
+    async def _write(self, records: Sequence[Record]) -> None:
+        began = time.monotonic()
+        await super()._write(records)
+        self.spans.append((began, time.monotonic()))
+
+
+async def test_a_record_that_waited_out_batch_wait_behind_a_slow_write_is_written_next() -> None:
+    sink = TimedSink(delay=1.2)
+    monitor = Monitor(sink, poll_interval=3600, max_batch=2, batch_wait=1.0)
+    for i in range(3):  # polled together at start: a full batch of two, and one left over
+        monitor.watch(Counter(), name=f"c{i}", log_on_close=False)
+    async with monitor:
+        await wait_until(lambda: len(sink.records) == 3)
+    assert sink.batches == [2, 1]
+    (_, first_end), (second_begin, _) = sink.spans
+    # the left-over record was polled over batch_wait ago: no second wait for a batch to fill
+    assert second_begin - first_end < 0.5, f"held {second_begin - first_end:.2f}s more"
