@@ -32,6 +32,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from multiprocessing.managers import BaseProxy
 from time import perf_counter
+from types import MethodType
 from typing import Any, Literal
 
 from ._threads import WorkerPool, wait_future
@@ -84,6 +85,9 @@ class Caller:
         """The awaitable returned by :meth:`call` was not done in time."""
 
 
+_UNBOUND: Any = object()
+
+
 class InlineCaller(Caller):
     """Calls ``stats()`` directly on the event loop.
 
@@ -97,16 +101,28 @@ class InlineCaller(Caller):
     mode = "inline"
 
     def __init__(self, fn: Callable[[], Any], *, auto: bool) -> None:
-        self.fn = fn
+        # a bound method (``target.stats``) is kept as its function and its object: the method
+        # object would be one more per watch for a full garbage collection to walk
+        if type(fn) is MethodType:
+            self._func, self._self = fn.__func__, fn.__self__
+        else:
+            self._func, self._self = fn, _UNBOUND
         self._auto = auto
         self._calls = 0
         self._slow: deque[int] | None = None  # made at the first slow call: most targets never need it
 
+    @property
+    def fn(self) -> Callable[[], Any]:
+        """The callable this caller calls (what a ``ThreadCaller`` takes over on promotion)."""
+        func, obj = self._func, self._self
+        return func if obj is _UNBOUND else MethodType(func, obj)
+
     def call(self) -> Any:
+        func, obj = self._func, self._self
         if not self._auto:
-            return self.fn()
+            return func() if obj is _UNBOUND else func(obj)
         start = perf_counter()
-        result = self.fn()
+        result = func() if obj is _UNBOUND else func(obj)
         self._calls += 1
         if perf_counter() - start > SLOW_CALL_SECONDS and not inspect.isawaitable(result):
             slow = self._slow

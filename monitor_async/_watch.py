@@ -30,7 +30,7 @@ DEFAULT_RATE_NAMES: dict[str, str] = {
 }
 
 
-class Watch:
+class Watch(KeyCache):
     """Bookkeeping for one target; :meth:`snapshot` is the per-poll hot path.
 
     Values are namespaced as they are read (``"<name>/<key>"``), so the dict
@@ -49,7 +49,6 @@ class Watch:
         "failing",
         "has_logged",
         "interval",
-        "keys",
         "last_counter",
         "last_log_time",
         "log_on_close",
@@ -91,9 +90,11 @@ class Watch:
         self.interval = interval
         self.timeout = timeout
         self.max_values = max_values
-        # the snapshot keys seen so far (room for them all: a snapshot of known keys never clears it)
+        # the snapshot keys seen so far (room for them all: a snapshot of known keys never clears it);
+        # a watch is its own key cache: with 10,000 watches, one object less each for a full
+        # garbage collection to walk
         prefix = name + "/"
-        self.keys = KeyCache(prefix, 2 * max_values + 64)
+        KeyCache.__init__(self, prefix, 2 * max_values + 64)
         names = (
             DEFAULT_RATE_NAMES
             if rate_keys is None
@@ -105,7 +106,7 @@ class Watch:
         # a rate named like another rate's counter (rate_keys=["x", "x_per_second"]) must not be
         # read back as that counter: such watches read every counter before adding any rate
         self.rates_overlap = bool({rate for _, rate in self.rate_pairs} & {key for key, _ in self.rate_pairs})
-        # the pairs whose counter this target has reported so far, and ``keys.added`` when they
+        # the pairs whose counter this target has reported so far, and ``added`` (key cache) when they
         # were found: a snapshot of known keys checks only those, not every default counter name
         self.rates_live: tuple[tuple[str, str], ...] = ()
         self.rates_seen = -1
@@ -129,10 +130,9 @@ class Watch:
         left out (non-numeric, non-finite, or over ``max_values``).
         """
         metrics: dict[str, float] = {}
-        keys = self.keys
         # a private copy, so a target mutating its dict cannot break the read
         dropped = flatten(
-            raw.copy() if type(raw) is dict else as_mapping(raw, self.name), metrics, self.max_values, keys
+            raw.copy() if type(raw) is dict else as_mapping(raw, self.name), metrics, self.max_values, self
         )
         if dropped and not self.capped and len(metrics) >= self.max_values:
             self._warn_capped()
@@ -158,7 +158,7 @@ class Watch:
             counters = {}
             elapsed = now - since
             baseline = self.baseline
-            if keys.added != self.rates_seen:
+            if self.added != self.rates_seen:
                 self._find_rates()
             for key, rate in self.rates_live:
                 current = metrics.get(key)
@@ -173,10 +173,9 @@ class Watch:
         return new_record(self.name, step, _time(), metrics), dropped
 
     def _find_rates(self) -> None:
-        keys = self.keys
-        seen = set(keys.names.values())
+        seen = set(self.names.values())
         self.rates_live = tuple(pair for pair in self.rate_pairs if pair[0] in seen)
-        self.rates_seen = keys.added
+        self.rates_seen = self.added
 
     def _counters(self, metrics: Mapping[str, float]) -> dict[str, float]:
         """The values rates are derived from (read before any rate is added)."""
