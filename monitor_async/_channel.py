@@ -6,13 +6,15 @@ counted, so polling never waits for a sink and memory stays bounded. The
 writer task takes whatever is queued (up to ``max_batch`` records) and awaits
 one ``sink.write(batch)``; records of one watch reach the sink in order.
 
-In background mode the writer lets a batch fill first: it writes once
-:attr:`Channel.gather` records wait (``max_batch``, or half the queue when
-that is smaller, so gathering never makes the queue drop), or ``batch_wait``
-seconds after the first one was polled, whichever comes first. ``step()``,
-``flush()`` and ``stop()`` write at once. Fewer, larger writes cost a program
-running beside the monitor less: every write through a worker thread wakes
-threads that must each take the GIL from it.
+In background mode the writer lets records gather first: it writes once
+:attr:`Channel.gather` records wait (half the queue, so gathering never makes
+the queue drop), or ``batch_wait`` seconds after the first one was polled,
+whichever comes first, and then writes all of them, ``max_batch`` records per
+``sink.write``, one write after another. ``step()``, ``flush()`` and
+``stop()`` write at once. Fewer writes, made together, cost the rest of the
+program less: every write through a worker thread wakes threads that must
+each take the GIL from it, and a writer that runs between the poll tasks of
+one tick makes the later ones late.
 """
 
 from __future__ import annotations
@@ -72,8 +74,8 @@ class Channel:
         self.queue: asyncio.Queue[Record] = asyncio.Queue(queue_size)
         self.max_batch = max_batch
         self.batch_wait = batch_wait
-        self.gather = max(1, min(max_batch, queue_size // 2))
-        """Records waiting (the writer's first one included) that start a write at once."""
+        self.gather = max(1, queue_size // 2)
+        """Records waiting (the writer's first one included) that start writing at once."""
         self.errors = errors
         self.written = 0
         self.dropped = 0
@@ -141,13 +143,13 @@ class Channel:
                 self.queue.task_done()
 
     async def run(self) -> None:
-        """The writer task: gather a batch, write it, repeat until cancelled."""
+        """The writer task: gather records, write them all in batches, repeat until cancelled."""
         queue = self.queue
         while True:
             first = await queue.get()
             if self.batch_wait > 0 and not self._hurry and queue.qsize() + 1 < self.gather:
-                # counted from the first record's poll, not from now: a record left over from
-                # a full batch, or queued while a slow write went on, has waited already
+                # counted from the first record's poll, not from now: a record queued while a
+                # slow write went on has waited already
                 wait = min(self.batch_wait, self.batch_wait - (time.time() - first.time))
                 if wait > 0:
                     try:
@@ -156,7 +158,15 @@ class Channel:
                         self.dropped += 1
                         queue.task_done()
                         raise
-            await self._write(self._take(first))
+            # everything gathered goes out now, max_batch records per write
+            left = queue.qsize() + 1
+            while True:
+                batch = self._take(first)
+                left -= len(batch)
+                await self._write(batch)
+                if left <= 0 or queue.empty():
+                    break
+                first = queue.get_nowait()
 
     async def _gather(self, wait: float) -> None:
         """Returns once :attr:`gather` records wait, ``wait`` seconds have passed, or a settle() hurries."""

@@ -51,10 +51,11 @@ class Monitor:
           (``stats()["sink/<label>/dropped"]``). Polling never waits for a sink.
         - Records of one watch reach every sink in poll order.
         - In background mode a record reaches its sink within ``batch_wait``
-          seconds (default 0.25) of its poll, sooner once ``max_batch``
-          records wait (or half of ``queue_size``, when that is smaller);
-          ``step()``, ``flush()`` and ``stop()`` write everything queued at
-          once. ``batch_wait=0`` writes as soon as anything is queued.
+          seconds (default 0.25) of its poll, sooner once half of
+          ``queue_size`` records wait (they then go out ``max_batch`` per
+          write, one write after another); ``step()``, ``flush()`` and
+          ``stop()`` write everything queued at once. ``batch_wait=0`` writes
+          as soon as anything is queued.
         - ``stop()`` returns within a bounded time: a hung target's final
           snapshot is skipped, and a sink that does not drain within
           ``stop_timeout`` seconds is abandoned (its queued records counted as

@@ -19,17 +19,18 @@ from tests.helpers import Counter
 from tests.reliability.faults import RecordingSink, wait_until
 
 
-async def test_a_fast_target_is_written_in_full_batches_of_max_batch() -> None:
+async def test_records_gather_to_half_the_queue_then_go_out_max_batch_per_write() -> None:
     sink = RecordingSink("rec")
     target = Counter()
-    monitor = Monitor(sink, poll_interval=0.002, max_batch=5, batch_wait=60)
+    # half of queue_size=20 gathers, then 10 records go out as writes of 3, 3, 3 and 1
+    monitor = Monitor(sink, poll_interval=0.002, queue_size=20, max_batch=3, batch_wait=60)
     monitor.watch(target, name="c")
     async with monitor:
-        await wait_until(lambda: len(sink.batches) >= 4)
-        assert sink.batches[:4] == [5, 5, 5, 5]
+        await wait_until(lambda: len(sink.batches) >= 8)
+        assert sink.batches[:8] == [3, 3, 3, 1, 3, 3, 3, 1]
     # stop wrote the rest, in order, without waiting a minute for a batch to fill
     assert [r.metrics["c/frames"] for r in sink.records] == [10.0 * i for i in range(1, target.calls + 1)]
-    assert max(sink.batches) == 5
+    assert max(sink.batches) == 3
 
 
 async def test_a_lone_record_is_written_once_batch_wait_has_passed() -> None:
