@@ -20,12 +20,21 @@ from ._watch import Watch
 __all__ = ["Monitor"]
 
 
-def _positive(name: str, value: float | None, *, integer: bool = False) -> None:
+def _positive(name: str, value: float | None, *, integer: bool = False, zero: bool = False) -> None:
+    """Raises ``ValueError`` naming the option unless ``value`` is a finite number > 0 (>= 0 with ``zero``).
+
+    ``None`` passes (an option left to its default), except for an option that may be ``0``.
+    """
     if value is None:
-        return
-    ok = isinstance(value, int) if integer else isinstance(value, (int, float))
-    if isinstance(value, bool) or not ok or not value > 0 or (not integer and math.isinf(value)):
-        kind = "a positive integer" if integer else "a strictly positive number of seconds"
+        ok = not zero
+    elif isinstance(value, bool) or not isinstance(value, int if integer else (int, float)):
+        ok = False
+    else:
+        ok = (value >= 0 if zero else value > 0) and (integer or not math.isinf(value))
+    if not ok:
+        kind = "a positive integer" if integer else "a finite number of seconds >= 0" if zero else (
+            "a strictly positive number of seconds"
+        )
         raise ValueError(f"Monitor: {name} must be {kind}, got {value!r}")
 
 
@@ -102,8 +111,7 @@ class Monitor:
         _positive("max_batch", max_batch, integer=True)
         _positive("thread_limit", thread_limit, integer=True)
         _positive("max_values", max_values, integer=True)
-        if isinstance(batch_wait, bool) or not isinstance(batch_wait, (int, float)) or not 0 <= batch_wait < math.inf:
-            raise ValueError(f"Monitor: batch_wait must be a finite number of seconds >= 0, got {batch_wait!r}")
+        _positive("batch_wait", batch_wait, zero=True)
         self.poll_interval = float(poll_interval)
         self.poll_timeout = poll_timeout
         self.stop_timeout = float(stop_timeout)
