@@ -11,6 +11,7 @@ than bursting to catch up.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -22,7 +23,7 @@ from ._record import Record
 from ._threads import WorkerPool
 from ._watch import Watch
 
-__all__ = ["SKIPPED", "Counters", "Poller", "Ticks", "poll_forever"]
+__all__ = ["OWN", "SKIPPED", "Counters", "Poller", "Ticks", "next_due", "poll_forever"]
 
 SKIPPED: Any = object()
 """What :meth:`Poller.begin` returns when the poll failed or was skipped."""
@@ -136,28 +137,40 @@ class Poller:
 
 
 class Ticks:
-    """Timers shared by the poll tasks of one loop: tasks due at the same instant wait on one future.
+    """The timers of one loop's poll tasks; the watches due at one instant are polled in one callback.
 
     ``asyncio.sleep`` costs one future, one timer handle and one timer-heap
-    entry per task per tick, all living until the tick. Here each distinct
-    due time gets one ``call_at`` handle and one future that every task due
-    then awaits, so thousands of targets leave little behind per poll for the
-    garbage collector and keep the timer heap short. Tasks that start in the
-    same pass of the loop with the same interval (``start()``, or several
-    ``watch()`` calls in a row) share their first slot, up to :attr:`GROUP`
-    of them, so they are polled together in one pass and their records reach
-    each sink as one batch; a larger crowd is split into groups whose slots
-    follow each other as their first polls did. Each task still runs on its
-    own, so a slow target delays no other.
+    entry per task per tick, and waking a task costs a loop handle and a
+    step of its coroutine. Here each distinct due time gets one ``call_at``
+    handle. A watch whose ``stats()`` answers inline with a plain mapping
+    (the common case) is *carried*: its task waits on a future of its own
+    while the timer's callback polls it, with every other watch due then,
+    and books its next slot, so a tick of a hundred cheap targets is one
+    callback rather than a hundred task wake-ups. The task takes over again
+    when it is needed: a ``stats()`` that returns an awaitable (awaited under
+    the watch's timeout) or a watch moved to a thread. Other watches' tasks
+    wait on one future per due time. Tasks that start in the same pass of
+    the loop with the same interval (``start()``, or several ``watch()``
+    calls in a row) share their first slot, up to :attr:`GROUP` of them, so
+    they are polled together in one pass and their records reach each sink
+    as one batch; a larger crowd is split into groups whose slots follow
+    each other as their first polls did.
+
+    Every watch still has its own task and its own slots: a poll that
+    overruns costs the slots it missed to that watch alone, an awaited poll
+    delays no other watch, and cancelling the task (``unwatch()``,
+    ``stop()``) ends its polling.
     """
 
-    __slots__ = ("group", "loop", "waiting")
+    __slots__ = ("carried", "group", "loop", "poller", "waiting")
 
     GROUP = 256
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, poller: Poller) -> None:
         self.loop = loop
+        self.poller = poller
         self.waiting: dict[float, asyncio.Future[None]] = {}
+        self.carried: dict[float, list[Watch]] = {}
         self.group: list[float] | None = None  # [origin, interval, members] of this pass's group
 
     def origin(self, interval: float) -> float:
@@ -175,55 +188,141 @@ class Ticks:
     def _end_group(self) -> None:
         self.group = None
 
+    def _timer(self, when: float) -> None:
+        if when not in self.waiting and when not in self.carried:
+            self.loop.call_at(when, self._fire, when)
+
     def at(self, when: float) -> asyncio.Future[None]:
         """The future that completes at ``when``, shared by every task due then."""
         fut = self.waiting.get(when)
         if fut is None:
-            self.loop.call_at(when, self._fire, when)
+            self._timer(when)
         elif not fut.cancelled():
             return fut
         # new, or cancelled along with a task that waited on it: a fresh one, same timer
         fut = self.waiting[when] = self.loop.create_future()
         return fut
 
+    def carry(self, watch: Watch, when: float) -> asyncio.Future[Any]:
+        """Polls ``watch`` at ``when`` and at its slots after that, without waking its task.
+
+        The returned future (the task's to await) completes when the task is
+        needed again: with the awaitable a ``stats()`` call returned, or with
+        :data:`OWN` when the task is to poll the watch itself.
+        """
+        waiter = watch.waiter
+        if waiter is None or waiter.done():
+            waiter = watch.waiter = self.loop.create_future()
+        self._book(watch, when)
+        return waiter
+
+    def _book(self, watch: Watch, when: float) -> None:
+        watch.due = when
+        due = self.carried.get(when)
+        if due is None:
+            self._timer(when)
+            due = self.carried[when] = []
+        due.append(watch)
+
+    def discard(self, watch: Watch) -> None:
+        """Takes a carried watch off its next slot (its task was cancelled)."""
+        due = self.carried.get(watch.due)
+        if due is not None:
+            with contextlib.suppress(ValueError):
+                due.remove(watch)
+
     def _fire(self, when: float) -> None:
         fut = self.waiting.pop(when, None)
         if fut is not None and not fut.done():
             fut.set_result(None)
+        due = self.carried.pop(when, None)
+        if due:
+            self._poll(due)
+
+    def _poll(self, due: list[Watch]) -> None:
+        """One poll of each carried watch due now, in the order they were booked."""
+        poller = self.poller
+        begin, finish = poller.begin, poller.finish
+        counters = poller.counters
+        clock = self.loop.time
+        for watch in due:
+            waiter = watch.waiter
+            if waiter is None or waiter.done():  # its task was cancelled: unwatch(), stop(), on_error="raise"
+                continue
+            try:
+                if type(watch.caller) is not InlineCaller:  # moved to a thread: its task polls it now
+                    waiter.set_result(OWN)
+                    continue
+                raw = begin(watch)
+                if raw is not SKIPPED:
+                    if type(raw) is not dict and inspect.isawaitable(raw):
+                        waiter.set_result(raw)  # its task awaits it under the watch's timeout
+                        continue
+                    finish(watch, raw)
+                if not waiter.done():
+                    self._book(watch, next_due(watch, clock(), counters))
+            except BaseException as exc:  # noqa: BLE001 - a bug, or KeyboardInterrupt in stats(): its task raises it
+                if not waiter.done():
+                    waiter.set_exception(exc)
+
+
+OWN: Any = object()
+"""What a carried watch's future gives its task when the task is to poll the watch itself."""
+
+
+def next_due(watch: Watch, now: float, counters: Counters) -> float:
+    """The watch's next slot after a poll that ended at ``now``; slots already past are missed.
+
+    The k-th slot is ``origin + k * interval`` (computed, not summed, so
+    watches with the same origin and interval share their due times exactly).
+    """
+    interval = watch.interval
+    slot = watch.slot + 1
+    due = watch.origin + slot * interval
+    if now > due:
+        missed = int((now - due) // interval) + 1
+        counters.polls_missed += missed
+        slot += missed
+        due = watch.origin + slot * interval
+    watch.slot = slot
+    return due
 
 
 async def poll_forever(poller: Poller, watch: Watch) -> None:
     """The background task of one watch; runs until cancelled.
 
-    The k-th poll is due at ``origin + k * interval`` (computed, not summed,
-    so tasks with the same origin and interval share their due times exactly).
+    A watch whose ``stats()`` answers inline with a mapping is carried by
+    the loop's :class:`Ticks` (polled in the timer's callback); otherwise the
+    task polls, awaits the answer and waits for its next slot itself.
     """
     loop = asyncio.get_running_loop()
     ticks = poller.ticks
     if ticks is None or ticks.loop is not loop:
-        ticks = poller.ticks = Ticks(loop)
+        ticks = poller.ticks = Ticks(loop, poller)
     task = asyncio.current_task()
-    interval = watch.interval
-    origin = ticks.origin(interval)
-    slot = 0
+    watch.origin = ticks.origin(watch.interval)
+    watch.slot = 0
     counters = poller.counters
+    # poller.begin(...), not a bound method kept in a local: with 10,000 suspended tasks,
+    # every object a task's frame holds is one more for each full garbage collection to walk
+    raw = poller.begin(watch)
     while True:
-        # poller.begin(...), not a bound method kept in a local: with 10,000 suspended tasks,
-        # every object a task's frame holds is one more for each full garbage collection to walk
-        raw = poller.begin(watch)
-        if raw is not SKIPPED:
-            if type(raw) is not dict and inspect.isawaitable(raw):
-                await poller.complete(watch, raw)
-            else:  # a sync result: finished here, without a coroutine per poll
+        if raw is not SKIPPED and type(raw) is not dict and inspect.isawaitable(raw):
+            await poller.complete(watch, raw)
+        else:
+            if raw is not SKIPPED:
                 poller.finish(watch, raw)
-        slot += 1
-        due = origin + slot * interval
-        now = loop.time()
-        if now > due:
-            missed = int((now - due) // interval) + 1
-            counters.polls_missed += missed
-            slot += missed
-            due = origin + slot * interval
+            if type(watch.caller) is InlineCaller:
+                waiter = ticks.carry(watch, next_due(watch, loop.time(), counters))
+                try:
+                    raw = await waiter
+                except BaseException:
+                    ticks.discard(watch)
+                    raise
+                if raw is OWN:
+                    raw = poller.begin(watch)
+                continue
+        due = next_due(watch, loop.time(), counters)
         while True:
             try:
                 await ticks.at(due)
@@ -233,3 +332,4 @@ async def poll_forever(poller: Poller, watch: Watch) -> None:
                 # a task that was itself cancelled stops; its neighbours wait again
                 if task is None or task.cancelling():
                     raise
+        raw = poller.begin(watch)

@@ -8,9 +8,11 @@ decrease re-baselines without logging and never yields a negative rate.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from time import monotonic as _monotonic
 from time import time as _time
+from typing import Any
 
 from ._callers import Caller
 from ._errors import log
@@ -46,6 +48,7 @@ class Watch(KeyCache):
         "caller",
         "capped",
         "counter_key",
+        "due",
         "failing",
         "has_logged",
         "interval",
@@ -56,14 +59,17 @@ class Watch(KeyCache):
         "max_values",
         "name",
         "next_threshold",
+        "origin",
         "rate_pairs",
         "rates_live",
         "rates_overlap",
         "rates_seen",
         "schedule",
+        "slot",
         "step_key",
         "target",
         "timeout",
+        "waiter",
     )
 
     def __init__(
@@ -122,6 +128,12 @@ class Watch(KeyCache):
         self.has_logged = False
         self.failing = False
         self.capped = False
+        # background polling's place in time, kept by the poll task and the loop's Ticks: the k-th
+        # slot is origin + k * interval; ``due`` is the booked one and ``waiter`` the task's wait
+        self.origin = 0.0
+        self.slot = 0
+        self.due = 0.0
+        self.waiter: asyncio.Future[Any] | None = None
 
     def snapshot(self, raw: object, *, force: bool = False) -> tuple[Record | None, int]:
         """Turns one ``stats()`` result into a Record when it is due.

@@ -1,0 +1,138 @@
+"""Background polling when the loop's timer polls inline targets itself (``Ticks``).
+
+A watch whose ``stats()`` answers inline with a mapping is polled in the
+timer's callback together with every other watch due then; its task takes
+over when an answer must be awaited or the watch moves to a thread. These
+tests hold the hand-overs to what a user sees: every poll logged, in order,
+on its own slots, and one watch's trouble never costing another its polls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+import time
+from typing import Any
+
+from monitor_async import Monitor
+from monitor_async.backends import MemorySink
+from tests.helpers import Counter
+
+
+async def _until(condition: Any, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting for the monitor"
+        await asyncio.sleep(0.01)
+
+
+class Shifting:
+    """Answers with a dict, then (calls 4 to 6) from ``async def``-style coroutines, then a dict again."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def stats(self) -> Any:
+        self.calls += 1
+        n = self.calls
+        if 4 <= n <= 6:
+            async def later() -> dict[str, int]:
+                await asyncio.sleep(0)
+                return {"n": n}
+
+            return later()
+        return {"n": n}
+
+
+async def test_a_target_that_turns_async_is_awaited_then_polled_inline_again() -> None:
+    sink = MemorySink()
+    target, steady = Shifting(), Counter()
+    monitor = Monitor(sink, poll_interval=0.02)
+    monitor.watch(target, name="shift")
+    monitor.watch(steady, name="steady")
+    await monitor.start()
+    await _until(lambda: target.calls >= 10)
+    await monitor.stop(log_final=False)
+    logged = [r.metrics["shift/n"] for r in sink.records if r.name == "shift"]
+    assert logged == [float(n) for n in range(1, len(logged) + 1)]  # every answer, awaited or not, in order
+    assert len(logged) >= 10
+    assert steady.calls >= 8  # the neighbour kept its cadence all along
+
+
+class Slow(Counter):
+    """An inline ``stats()`` that takes 20 ms and notes the thread it ran on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.threads: list[threading.Thread] = []
+
+    def stats(self) -> dict[str, Any]:
+        self.threads.append(threading.current_thread())
+        time.sleep(0.02)
+        return super().stats()
+
+
+async def test_a_slow_target_moved_to_a_thread_in_background_keeps_being_polled() -> None:
+    sink = MemorySink()
+    slow = Slow()
+    monitor = Monitor(sink, poll_interval=0.05)
+    monitor.watch(slow, name="slow")
+    await monitor.start()
+    await _until(lambda: monitor.watches()["slow"] == "thread" and slow.calls >= 8)
+    await monitor.stop(log_final=False)
+    loop_thread = threading.current_thread()
+    assert slow.threads[0] is loop_thread
+    assert slow.threads[-1] is not loop_thread
+    frames = [r.metrics["slow/frames"] for r in sink.records]
+    assert frames == sorted(frames) and len(frames) == slow.calls
+
+
+class Clocked(Counter):
+    def __init__(self) -> None:
+        super().__init__()
+        self.times: list[float] = []
+
+    def stats(self) -> dict[str, Any]:
+        self.times.append(time.monotonic())
+        return super().stats()
+
+
+async def test_a_restarted_monitor_polls_each_target_once_per_slot() -> None:
+    target = Clocked()
+    monitor = Monitor(MemorySink(), poll_interval=0.2)
+    monitor.watch(target, name="c", log_on_close=False)
+    await monitor.start()
+    await asyncio.sleep(0.05)  # the next slot is booked, not yet due
+    await monitor.stop()
+    await monitor.start()  # the same watch, booked again from a new first slot
+    restarted = len(target.times)
+    await _until(lambda: len(target.times) >= restarted + 5)
+    await monitor.stop()
+    times = target.times[restarted:]
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert min(gaps) > 0.1, gaps  # one poll per 0.2 s slot: the slot booked before stop() is gone
+
+
+class Fatal(BaseException):
+    """Not an ``Exception``: the monitor does not report it, it ends the watch's task."""
+
+
+class Crashing(Counter):
+    def stats(self) -> dict[str, Any]:
+        snapshot = super().stats()
+        if self.calls == 3:
+            raise Fatal("stats() blew up")
+        return snapshot
+
+
+async def test_a_poll_that_raises_past_the_monitor_ends_only_its_own_watch() -> None:
+    crashing, after = Crashing(), Counter()
+    monitor = Monitor(MemorySink(), poll_interval=0.02)
+    monitor.watch(crashing, name="crashing")  # polled first in each tick
+    monitor.watch(after, name="after")
+    await monitor.start()
+    await _until(lambda: after.calls >= 10)
+    await monitor.stop(log_final=False)
+    assert crashing.calls == 3  # its task ended with the error ...
+    assert after.calls >= 10  # ... and the watch due in the same tick, after it, was still polled
