@@ -28,7 +28,15 @@ S = TypeVar("S", bound="BaseSink")
 
 @runtime_checkable
 class Sink(Protocol):
-    """Anything the monitor can write to. All three calls run on the monitor's loop."""
+    """Anything the monitor can write to. All three calls run on the monitor's loop.
+
+    A sink may also define ``async def write_batches(batches)``: several
+    batches (each at most ``max_batch`` records), to be written in order as
+    if by one ``write`` each. A background writer that gathered more than
+    ``max_batch`` records hands them over in one such call when the sink has
+    it, so a sink that works on a thread makes one trip there instead of one
+    per batch. :class:`BaseSink` has it.
+    """
 
     async def write(self, records: Sequence[Record]) -> None: ...
 
@@ -60,6 +68,14 @@ class BaseSink:
         if not self._opened:
             await self.open()
         await self._write(records)
+
+    async def write_batches(self, batches: Sequence[Sequence[Record]]) -> None:
+        """Writes several batches, in order, as one call (see :class:`Sink`)."""
+        if self._closed:
+            raise RuntimeError(f"sink {self.label!r} is closed; it cannot write any more records")
+        if not self._opened:
+            await self.open()
+        await self._write_batches(batches)
 
     async def open(self) -> None:
         """Opens the sink now instead of at the first write. Idempotent."""
@@ -100,6 +116,10 @@ class BaseSink:
     async def _write(self, records: Sequence[Record]) -> None:
         raise NotImplementedError
 
+    async def _write_batches(self, batches: Sequence[Sequence[Record]]) -> None:
+        for records in batches:
+            await self._write(records)
+
     async def _flush(self) -> None:
         return None
 
@@ -127,6 +147,13 @@ class ThreadedSink(BaseSink):
 
     async def _write(self, records: Sequence[Record]) -> None:
         await self.call(self.write_blocking, records)
+
+    async def _write_batches(self, batches: Sequence[Sequence[Record]]) -> None:
+        await self.call(self._write_all_blocking, batches)
+
+    def _write_all_blocking(self, batches: Sequence[Sequence[Record]]) -> None:
+        for records in batches:
+            self.write_blocking(records)
 
     async def _flush(self) -> None:
         await self.call(self.flush_blocking)

@@ -199,5 +199,11 @@ class LineSink(BaseSink, abc.ABC):
         if block:
             await self._file.write(block.encode())
 
+    async def _write_batches(self, batches: Sequence[Sequence[Record]]) -> None:
+        """All the batches' lines in one append: whole, in order, one trip to the worker thread."""
+        block = "".join([self.format(records) for records in batches])
+        if block:
+            await self._file.write(block.encode())
+
     async def _close(self) -> None:
         await self._file.close()

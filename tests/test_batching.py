@@ -7,14 +7,17 @@ gathering never makes a queue drop.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
+
 from monitor_async import Monitor, Record, SyncMonitor
 from monitor_async._channel import Channel
 from monitor_async._errors import ErrorPolicy
-from monitor_async.backends import CSVSink
+from monitor_async.backends import CSVSink, ThreadedSink
 from tests.helpers import Counter
 from tests.reliability.faults import RecordingSink, wait_until
 
@@ -130,3 +133,103 @@ async def test_a_record_that_waited_out_batch_wait_behind_a_slow_write_is_writte
     (_, first_end), (second_begin, _) = sink.spans
     # the left-over record was polled over batch_wait ago: no second wait for a batch to fill
     assert second_begin - first_end < 0.5, f"held {second_begin - first_end:.2f}s more"
+
+
+# ------------------------------------------------- a gathered run in one call: write_batches
+class RunSink(RecordingSink):
+    """Notes the batch sizes of every ``write_batches`` call; ``fail_first`` makes the first one raise."""
+
+    def __init__(self, fail_first: bool = False) -> None:
+        super().__init__("run")
+        self.runs: list[list[int]] = []
+        self.fail_first = fail_first
+
+    async def _write_batches(self, batches: Sequence[Sequence[Record]]) -> None:
+        self.runs.append([len(b) for b in batches])
+        if self.fail_first and len(self.runs) == 1:
+            raise OSError(28, "No space left on device")
+        for records in batches:
+            self.records.extend(records)
+
+
+class PlainSink:
+    """A sink with only the protocol's three calls: no write_batches."""
+
+    name = "plain"
+
+    def __init__(self) -> None:
+        self.batches: list[int] = []
+
+    async def write(self, records: Sequence[Record]) -> None:
+        self.batches.append(len(records))
+
+    async def flush(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+
+async def test_a_gathered_run_goes_to_write_batches_in_one_call_and_batch_by_batch_elsewhere() -> None:
+    run, plain = RunSink(), PlainSink()
+    target = Counter()
+    monitor = Monitor([run, plain], poll_interval=0.002, queue_size=20, max_batch=3, batch_wait=60)
+    monitor.watch(target, name="c")
+    async with monitor:
+        await wait_until(lambda: len(run.runs) >= 2 and len(plain.batches) >= 8)
+        assert run.runs[:2] == [[3, 3, 3, 1], [3, 3, 3, 1]]  # each batch still at most max_batch
+        assert plain.batches[:8] == [3, 3, 3, 1, 3, 3, 3, 1]
+    assert [r.metrics["c/frames"] for r in run.records] == [10.0 * i for i in range(1, target.calls + 1)]
+    assert sum(plain.batches) == target.calls
+
+
+async def test_a_failed_run_is_counted_and_reported_naming_the_sink_and_its_size(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    sink = RunSink(fail_first=True)
+    target = Counter()
+    monitor = Monitor(sink, poll_interval=0.002, queue_size=20, max_batch=3, batch_wait=60)
+    monitor.watch(target, name="c")
+    async with monitor:
+        await wait_until(lambda: len(sink.runs) >= 2)
+    stats = monitor.stats()
+    assert stats["sink/run/errors"] == 1
+    assert stats["sink/run/written"] == target.calls - 10 == len(sink.records)
+    assert any("sink 'run' failed to write 10 records" in r.getMessage() for r in caplog.records)
+
+
+def _records(n: int, offset: int = 0) -> list[Record]:
+    return [Record(f"w{i % 3}", i, 1.5 + i, {f"w{i % 3}/x": i * 0.1, f"w{i % 3}/y": -float(i)})
+            for i in range(offset, offset + n)]
+
+
+async def test_csv_write_batches_appends_the_rows_of_one_write_per_batch(tmp_path: Path) -> None:
+    batches = [_records(3), _records(3, 3), _records(1, 6)]
+    async with CSVSink(tmp_path / "one_by_one.csv") as sink:
+        for batch in batches:
+            await sink.write(batch)
+    async with CSVSink(tmp_path / "run.csv") as sink:
+        await sink.write_batches(batches)
+    run = (tmp_path / "run.csv").read_text()
+    assert run == (tmp_path / "one_by_one.csv").read_text()
+    assert len(run.splitlines()) == 1 + 7 * 2
+    with pytest.raises(RuntimeError, match="closed"):
+        await sink.write_batches(batches)
+
+
+class ThreadNotingSink(ThreadedSink):
+    def __init__(self) -> None:
+        self.calls: list[tuple[threading.Thread, list[float]]] = []
+
+    def write_blocking(self, records: Sequence[Record]) -> None:
+        self.calls.append((threading.current_thread(), [r.time for r in records]))
+
+
+async def test_a_threaded_sink_writes_a_run_on_its_own_thread_in_order() -> None:
+    sink = ThreadNotingSink()
+    batches = [_records(2), _records(2, 2)]
+    async with sink:
+        await sink.write_batches(batches)
+    assert [times for _, times in sink.calls] == [[1.5, 2.5], [3.5, 4.5]]
+    assert all(thread is not threading.current_thread() for thread, _ in sink.calls)
+    assert sink.calls[0][0] is sink.calls[1][0]
