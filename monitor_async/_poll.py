@@ -5,8 +5,8 @@ watch's timeout, turns the snapshot into a Record and hands it to every
 channel. It never waits on a sink. :func:`poll_forever` is the background
 task of one watch: the k-th poll is due at ``start + k * interval``; a poll
 that overruns skips the slots it missed (counted as ``polls_missed``) rather
-than bursting to catch up.
-"""
+than bursting to catch up. :class:`Ticks` keeps the loop's timers, one per
+due time, and polls the watches that answer inline in the timer's callback."""
 
 from __future__ import annotations
 
