@@ -281,7 +281,12 @@ class Monitor:
 
     # ------------------------------------------------------------ background mode
     async def start(self) -> Monitor:
-        """Starts background polling on the running loop; each target is polled now, then every interval."""
+        """Starts background polling on the running loop; each target is polled now, then every interval.
+
+        More than 256 targets with one interval are polled in groups of 256:
+        the first now, each next one ``interval / 64`` later, so that a crowd's
+        polls are spread over the interval instead of making one burst.
+        """
         if self._loop is not None:
             return self
         self._raise_pending()

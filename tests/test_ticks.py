@@ -136,3 +136,20 @@ async def test_a_poll_that_raises_past_the_monitor_ends_only_its_own_watch() -> 
     await monitor.stop(log_final=False)
     assert crashing.calls == 3  # its task ended with the error ...
     assert after.calls >= 10  # ... and the watch due in the same tick, after it, was still polled
+
+
+async def test_a_crowd_started_together_is_polled_in_groups_spread_over_the_interval() -> None:
+    targets = [Clocked() for _ in range(600)]  # groups of 256, 256 and 88
+    monitor = Monitor(MemorySink(), poll_interval=0.64)  # later groups start 0.64 / 64 = 10 ms apart
+    for n, target in enumerate(targets):
+        monitor.watch(target, name=f"t{n}", log_on_close=False)
+    await monitor.start()
+    await _until(lambda: all(len(t.times) >= 2 for t in targets))
+    await monitor.stop()
+    firsts = [t.times[0] for t in targets]
+    groups = [firsts[:256], firsts[256:512], firsts[512:]]
+    assert max(groups[0]) - min(groups[0]) < 0.2  # the first group at once, at start()
+    assert min(groups[1]) - min(groups[0]) >= 0.009
+    assert min(groups[2]) - min(groups[1]) >= 0.009
+    for target in targets:  # each target then keeps its own group's beat
+        assert abs(target.times[1] - target.times[0] - 0.64) < 0.2
