@@ -4,7 +4,9 @@ Each sink gets one bounded ``asyncio.Queue``. :meth:`Channel.put` never
 waits: when the queue is full the *oldest* queued record is dropped and
 counted, so polling never waits for a sink and memory stays bounded. The
 writer task takes whatever is queued (up to ``max_batch`` records) and awaits
-one ``sink.write(batch)``; records of one watch reach the sink in order.
+one ``sink.write(batch)``; records of one watch reach the sink in order. More
+than ``max_batch`` waiting (a backlog, or a gathered run) go out as batches of
+``max_batch`` in one ``sink.write_batches(batches)`` call when the sink has it.
 
 In background mode the writer lets records gather first: it writes once
 :attr:`Channel.gather` records wait (half the queue, so gathering never makes
