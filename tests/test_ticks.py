@@ -18,13 +18,7 @@ from typing import Any
 from monitor_async import Monitor
 from monitor_async.backends import MemorySink
 from tests.helpers import Counter
-
-
-async def _until(condition: Any, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out waiting for the monitor"
-        await asyncio.sleep(0.01)
+from tests.reliability.faults import wait_until
 
 
 class Shifting:
@@ -52,7 +46,7 @@ async def test_a_target_that_turns_async_is_awaited_then_polled_inline_again() -
     monitor.watch(target, name="shift")
     monitor.watch(steady, name="steady")
     await monitor.start()
-    await _until(lambda: target.calls >= 10)
+    await wait_until(lambda: target.calls >= 10)
     await monitor.stop(log_final=False)
     logged = [r.metrics["shift/n"] for r in sink.records if r.name == "shift"]
     assert logged == [float(n) for n in range(1, len(logged) + 1)]  # every answer, awaited or not, in order
@@ -79,7 +73,7 @@ async def test_a_slow_target_moved_to_a_thread_in_background_keeps_being_polled(
     monitor = Monitor(sink, poll_interval=0.05)
     monitor.watch(slow, name="slow")
     await monitor.start()
-    await _until(lambda: monitor.watches()["slow"] == "thread" and slow.calls >= 8)
+    await wait_until(lambda: monitor.watches()["slow"] == "thread" and slow.calls >= 8)
     await monitor.stop(log_final=False)
     loop_thread = threading.current_thread()
     assert slow.threads[0] is loop_thread
@@ -107,7 +101,7 @@ async def test_a_restarted_monitor_polls_each_target_once_per_slot() -> None:
     await monitor.stop()
     await monitor.start()  # the same watch, booked again from a new first slot
     restarted = len(target.times)
-    await _until(lambda: len(target.times) >= restarted + 5)
+    await wait_until(lambda: len(target.times) >= restarted + 5)
     await monitor.stop()
     times = target.times[restarted:]
     gaps = [b - a for a, b in itertools.pairwise(times)]
@@ -132,7 +126,7 @@ async def test_a_poll_that_raises_past_the_monitor_ends_only_its_own_watch() -> 
     monitor.watch(crashing, name="crashing")  # polled first in each tick
     monitor.watch(after, name="after")
     await monitor.start()
-    await _until(lambda: after.calls >= 10)
+    await wait_until(lambda: after.calls >= 10)
     await monitor.stop(log_final=False)
     assert crashing.calls == 3  # its task ended with the error ...
     assert after.calls >= 10  # ... and the watch due in the same tick, after it, was still polled
@@ -144,7 +138,7 @@ async def test_a_crowd_started_together_is_polled_in_groups_spread_over_the_inte
     for n, target in enumerate(targets):
         monitor.watch(target, name=f"t{n}", log_on_close=False)
     await monitor.start()
-    await _until(lambda: all(len(t.times) >= 2 for t in targets))
+    await wait_until(lambda: all(len(t.times) >= 2 for t in targets))
     await monitor.stop()
     firsts = [t.times[0] for t in targets]
     groups = [firsts[:256], firsts[256:512], firsts[512:]]
