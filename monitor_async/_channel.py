@@ -138,9 +138,8 @@ class Channel:
             many = self._write_batches
             if many is not None and len(batches) > 1:
                 await many(batches)
-            else:
-                for batch in batches:
-                    await self.sink.write(batch)
+            else:  # one batch: only a sink with write_batches is handed several
+                await self.sink.write(batches[0])
         except Exception as exc:  # noqa: BLE001 - reported through on_error
             self.failures += 1
             self.errors.report(
@@ -176,20 +175,14 @@ class Channel:
             # everything gathered goes out now, max_batch records per batch: in one
             # sink.write_batches call when the sink has it, else one write after another
             left = queue.qsize() + 1
-            if self._write_batches is not None and left > self.max_batch:
-                batches = []
-                while True:
-                    batches.append(self._take(first))
-                    left -= len(batches[-1])
-                    if left <= 0 or queue.empty():
-                        break
-                    first = queue.get_nowait()
-                await self._write(batches)
-                continue
+            many = self._write_batches is not None
             while True:
-                batch = self._take(first)
-                left -= len(batch)
-                await self._write([batch])
+                batches = [self._take(first)]
+                left -= len(batches[-1])
+                while many and left > 0 and not queue.empty():
+                    batches.append(self._take(queue.get_nowait()))
+                    left -= len(batches[-1])
+                await self._write(batches)
                 if left <= 0 or queue.empty():
                     break
                 first = queue.get_nowait()
