@@ -72,6 +72,16 @@ class Poller:
             self.fail(watch, f"stats() of watch {watch.name!r} raised {describe(exc)}", exc)
         return SKIPPED
 
+    def answer(self, watch: Watch) -> Awaitable[Any] | None:
+        """One background poll: a plain answer is finished here (``None``), an awaitable one is returned."""
+        raw = self.begin(watch)
+        if raw is SKIPPED:
+            return None
+        if type(raw) is not dict and inspect.isawaitable(raw):
+            return raw
+        self.finish(watch, raw)
+        return None
+
     async def complete(self, watch: Watch, pending: Awaitable[Any], force: bool = False) -> Record | None:
         """Awaits an awaitable ``stats()`` result under the watch's timeout, then finishes the poll."""
         try:
@@ -256,7 +266,7 @@ class Ticks:
     def _poll(self, due: list[Watch]) -> None:
         """One poll of each carried watch due now, in the order they were booked."""
         poller = self.poller
-        begin, finish = poller.begin, poller.finish
+        answer = poller.answer
         counters = poller.counters
         clock = self.loop.time
         for watch in due:
@@ -267,12 +277,10 @@ class Ticks:
                 if type(watch.caller) is not InlineCaller:  # moved to a thread: its task polls it now
                     waiter.set_result(OWN)
                     continue
-                raw = begin(watch)
-                if raw is not SKIPPED:
-                    if type(raw) is not dict and inspect.isawaitable(raw):
-                        waiter.set_result(raw)  # its task awaits it under the watch's timeout
-                        continue
-                    finish(watch, raw)
+                pending = answer(watch)
+                if pending is not None:
+                    waiter.set_result(pending)  # its task awaits it under the watch's timeout
+                    continue
                 if not waiter.done():
                     self._book(watch, next_due(watch, clock(), counters))
             except BaseException as exc:  # noqa: BLE001 - a bug, or KeyboardInterrupt in stats(): its task raises it
@@ -282,9 +290,6 @@ class Ticks:
 
 OWN: Any = object()
 """What a carried watch's future gives its task when the task is to poll the watch itself."""
-
-UNPOLLED: Any = object()
-"""A poll task's ``raw`` before its first poll, when its group's first slot is still ahead."""
 
 
 def next_due(watch: Watch, now: float, counters: Counters) -> float:
@@ -320,29 +325,27 @@ async def poll_forever(poller: Poller, watch: Watch) -> None:
     due = watch.origin = ticks.origin(watch.interval)
     watch.slot = 0
     counters = poller.counters
-    # poller.begin(...), not a bound method kept in a local: with 10,000 suspended tasks,
+    # poller.answer(...), not a bound method kept in a local: with 10,000 suspended tasks,
     # every object a task's frame holds is one more for each full garbage collection to walk;
     # a later group of a crowd started together waits for its first slot
-    raw = poller.begin(watch) if due <= loop.time() else UNPOLLED
+    polled = due <= loop.time()
+    pending = poller.answer(watch) if polled else None
     while True:
-        awaited = raw is not UNPOLLED and raw is not SKIPPED and type(raw) is not dict and inspect.isawaitable(raw)
-        if raw is not UNPOLLED:
-            if awaited:
-                await poller.complete(watch, raw)
-            elif raw is not SKIPPED:
-                poller.finish(watch, raw)
+        if polled:
+            if pending is not None:
+                await poller.complete(watch, pending)
             due = next_due(watch, loop.time(), counters)
-        if not awaited and type(watch.caller) is InlineCaller:
+        polled = True
+        if pending is None and type(watch.caller) is InlineCaller:
             # carried: polled in the timer's callback from now on; back here when an answer
-            # must be awaited (raw is that awaitable) or the watch moved to a thread (OWN)
+            # must be awaited (the tick hands it over) or the watch moved to a thread (OWN)
             waiter = ticks.carry(watch, due)
             try:
-                raw = await waiter
+                got = await waiter
             except BaseException:
                 ticks.discard(watch)
                 raise
-            if raw is OWN:
-                raw = poller.begin(watch)
+            pending = poller.answer(watch) if got is OWN else got
             continue
         while True:
             try:
@@ -353,4 +356,4 @@ async def poll_forever(poller: Poller, watch: Watch) -> None:
                 # a task that was itself cancelled stops; its neighbours wait again
                 if task is None or task.cancelling():
                     raise
-        raw = poller.begin(watch)
+        pending = poller.answer(watch)
