@@ -15,6 +15,7 @@ import threading
 import time
 from typing import Any
 
+from benchmarks._common import Clocked
 from monitor_async import Monitor
 from monitor_async.backends import MemorySink
 from tests.helpers import Counter
@@ -80,16 +81,6 @@ async def test_a_slow_target_moved_to_a_thread_in_background_keeps_being_polled(
     assert slow.threads[-1] is not loop_thread
     frames = [r.metrics["slow/frames"] for r in sink.records]
     assert frames == sorted(frames) and len(frames) == slow.calls
-
-
-class Clocked(Counter):
-    def __init__(self) -> None:
-        super().__init__()
-        self.times: list[float] = []
-
-    def stats(self) -> dict[str, Any]:
-        self.times.append(time.monotonic())
-        return super().stats()
 
 
 async def test_a_restarted_monitor_polls_each_target_once_per_slot() -> None:
