@@ -9,7 +9,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from monitor_async._record import Record, new_record
+from monitor_async._watch import DEFAULT_RATE_NAMES
+from monitor_async.backends import CSVSink
+
 __all__ = [
+    "Bare",
     "Clocked",
     "NoopLogger",
     "NoopSink",
@@ -104,6 +109,49 @@ class Clocked:
     def stats(self) -> dict[str, float]:
         self.times.append(time.monotonic())
         return {"calls": float(len(self.times)), "value": 1.0}
+
+
+class Bare:
+    """The floor of the CSV scenarios: what polling the targets into CSV rows costs with no monitor at all.
+
+    :meth:`rows` calls every target's ``stats()``, builds its namespaced
+    float dict and the rates of the counters TorchRL derives rates from, and
+    formats one CSV row per value with ``CSVSink.format`` (the same text our
+    sink writes). Nothing else: no records queue, no schedule, no checks of
+    the values, no counters, no error handling. No implementation of the
+    contract can do less per snapshot, so a goal above what this reaches is
+    out of reach on the machine, whatever the monitor does.
+    """
+
+    def __init__(self, targets: Sequence[Any]) -> None:
+        self.targets = [(f"t{i}", f"t{i}/", target) for i, target in enumerate(targets)]
+        self.rates = [(key, rate) for key, rate in DEFAULT_RATE_NAMES.items()]
+        self.pairs: dict[str, list[tuple[str, str]]] = {}  # per target: its (counter, rate) keys
+        self.last: dict[str, tuple[float, dict[str, float]]] = {}
+        self.csv = CSVSink("never-opened.csv")  # only its format() is used
+
+    def rows(self) -> bytes:
+        """One poll of every target, as the CSV rows ``CSVSink`` would append for it."""
+        records: list[Record] = []
+        last = self.last
+        for name, prefix, target in self.targets:
+            metrics = {prefix + key: float(value) for key, value in target.stats().items()}
+            now = time.monotonic()
+            pairs = self.pairs.get(name)
+            if pairs is None:
+                pairs = self.pairs[name] = [
+                    (prefix + key, prefix + rate) for key, rate in self.rates if prefix + key in metrics
+                ]
+            counters = {key: metrics[key] for key, _ in pairs}
+            before = last.get(name)
+            if before is not None:
+                elapsed = now - before[0]
+                for key, rate in pairs:
+                    metrics[rate] = (counters[key] - before[1][key]) / elapsed
+            last[name] = (now, counters)
+            records.append(new_record(name, None, time.time(), metrics))
+        text: str = self.csv.format(records)
+        return text.encode()
 
 
 class NoopSink:

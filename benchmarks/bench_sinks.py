@@ -11,6 +11,12 @@ shows what forcing every batch to disk costs us). Formats differ: TorchRL
 writes ``step,value`` per metric file, we write ``time,name,step,metric,value``
 rows in one file (more bytes per value).
 
+The floor (:class:`~benchmarks._common.Bare`): the same targets polled into
+the same rows with no monitor at all, appended per step through the same
+locked aiofiles append our sink uses, on a private loop like
+``SyncMonitor(background=False)``'s. It is what the contract allows at best
+on this machine: a CSV goal above its ratio is out of reach.
+
 TensorBoard: ``TensorBoardSink`` (tensorboardX event writer on the sink's
 thread) vs TorchRL's ``TensorboardLogger`` (``torch.utils.tensorboard``
 ``SummaryWriter``, its own writer thread). Both buffer; the timed span ends
@@ -20,6 +26,7 @@ event is in the file.
 
 from __future__ import annotations
 
+import asyncio
 import tempfile
 import time
 from collections.abc import Callable
@@ -28,8 +35,9 @@ from typing import Any
 
 from monitor_async import SyncMonitor
 from monitor_async.backends import CSVSink, TensorBoardSink
+from monitor_async.backends._files import LineFile
 
-from ._common import Row, TwelveKeys, best_rate, torchrl_monitor
+from ._common import Bare, Row, TwelveKeys, best_rate, torchrl_monitor
 
 __all__ = ["run"]
 
@@ -51,6 +59,22 @@ def _ours(sink: Any, targets: int, steps: int) -> float:
         return _measure(monitor.step, monitor.flush, steps, targets)
     finally:
         monitor.close()
+
+
+def _floor(path: Path, targets: int, steps: int) -> float:
+    bare = Bare([TwelveKeys() for _ in range(targets)])
+    file = LineFile(path, "floor", header=CSVSink.header)
+    loop = asyncio.new_event_loop()
+
+    async def step() -> None:
+        await file.write(bare.rows())
+
+    try:
+        loop.run_until_complete(file.open())
+        return _measure(lambda: loop.run_until_complete(step()), lambda: None, steps, targets)
+    finally:
+        loop.run_until_complete(file.close())
+        loop.close()
 
 
 def _torchrl(logger: Any, targets: int, steps: int, finish: Callable[[], object]) -> float:
@@ -91,11 +115,12 @@ def run(
 ) -> list[Row]:
     """Durable CSV and TensorBoard snapshots per second, ours and TorchRL's, best of ``repeat``."""
     with_torchrl = baseline and torchrl_monitor() is not None
-    runs: dict[str, list[float]] = {k: [] for k in ("csv", "fsync", "tb", "torchrl_csv", "torchrl_tb")}
+    runs: dict[str, list[float]] = {k: [] for k in ("csv", "floor", "fsync", "tb", "torchrl_csv", "torchrl_tb")}
     with tempfile.TemporaryDirectory(prefix="monitor-async-bench-") as tmp:
         root = Path(tmp)
         for n in range(repeat):
             runs["csv"].append(_ours(CSVSink(root / f"csv{n}" / "metrics.csv"), targets, steps))
+            runs["floor"].append(_floor(root / f"floor{n}.csv", targets, steps))
             runs["fsync"].append(
                 _ours(CSVSink(root / f"fsync{n}" / "metrics.csv", fsync=True), targets, max(1, steps // 4))
             )
@@ -115,6 +140,14 @@ def run(
             csv_theirs,
             goal=("ratio", 10.0),
             note=f"SyncMonitor(CSVSink) vs LoggerMonitor(CSVLogger), no fsync on either side; {size}",
+        ),
+        Row(
+            scenario,
+            "floor: the same rows and appends with no monitor, snapshots/s",
+            best_rate(runs["floor"]),
+            csv_theirs,
+            note="stats(), float dicts and rates, CSVSink.format, one locked aiofiles append per step; "
+            "nothing else (see Bare)",
         ),
         Row(
             scenario,

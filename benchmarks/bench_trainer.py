@@ -14,6 +14,14 @@ TorchRL's is ``LoggerMonitor(CSVLogger)`` (its polling thread). Two figures:
 - polls kept: the share of the configured poll slots (100 targets x 20 per
   second) in which a ``stats()`` call began (see ``slot_share``).
 
+The floor row: the same targets polled at the same rate into the same CSV
+rows by a bare loop thread with no monitor (:class:`~benchmarks._common.Bare`
+on a plain asyncio loop, its rows appended through the same aiofiles append
+every five ticks, about as often as our sink appends), in the same rounds.
+It tells what polling these targets from a second thread costs the trainer
+on this machine, whatever does it: how much of the loss is the monitor's
+own, and how much the GIL's and the machine's.
+
 Beside them the note gives the share of the trainer's time lost in pauses:
 the trainer times each block of 2,000 iterations, and a block that took
 over 1.5 times the run's median block holds a pause (the GIL was held by
@@ -28,9 +36,11 @@ with its defaults, as the user's program would.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import statistics
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -38,8 +48,9 @@ from typing import Any
 
 from monitor_async import SyncMonitor
 from monitor_async.backends import CSVSink
+from monitor_async.backends._files import LineFile
 
-from ._common import Row, TwelveKeys, quiet, slot_share, torchrl_monitor
+from ._common import Bare, Row, TwelveKeys, quiet, slot_share, torchrl_monitor
 
 __all__ = ["run"]
 
@@ -106,6 +117,49 @@ def _ours(root: Path, n: int, targets: int, seconds: float, interval: float) -> 
         monitor.close()
 
 
+async def _bare_loop(bare: Bare, path: Path, interval: float, ready: threading.Event, done: threading.Event) -> None:
+    """Polls every ``interval`` until ``done``; every fifth tick's rows go out in one append."""
+    file = LineFile(path, "floor", header=CSVSink.header)
+    await file.open()
+    loop = asyncio.get_running_loop()
+    blocks: list[bytes] = []
+    writing: asyncio.Task[None] | None = None
+    start = loop.time()
+    ticks = 0
+    ready.set()
+    try:
+        while not done.is_set():
+            blocks.append(bare.rows())
+            if len(blocks) >= 5 and (writing is None or writing.done()):
+                writing = loop.create_task(file.write(b"".join(blocks)))
+                blocks.clear()
+            ticks += 1
+            await asyncio.sleep(max(0.0, start + ticks * interval - loop.time()))
+        if writing is not None:
+            await writing
+    finally:
+        await file.close()
+
+
+def _floor(root: Path, n: int, targets: int, seconds: float, interval: float) -> tuple[float, float, float]:
+    watched = [ClockedKeys() for _ in range(targets)]
+    ready, done = threading.Event(), threading.Event()
+    thread = threading.Thread(
+        target=asyncio.run, args=(_bare_loop(Bare(watched), root / f"floor{n}.csv", interval, ready, done),),
+        name="floor", daemon=True,
+    )
+
+    def start() -> None:
+        thread.start()
+        ready.wait()
+
+    def stop() -> None:
+        done.set()
+        thread.join()
+
+    return _run_with(start, stop, watched, seconds, interval)
+
+
 def _theirs(root: Path, n: int, targets: int, seconds: float, interval: float) -> tuple[float, float, float]:
     from torchrl.record.loggers.csv import CSVLogger
 
@@ -130,6 +184,7 @@ def run(
     with_torchrl = baseline and torchrl_monitor() is not None
     alone: list[tuple[float, float]] = []
     ours: list[tuple[float, float, float]] = []
+    floor: list[tuple[float, float, float]] = []
     theirs: list[tuple[float, float, float]] = []
     train(0.5)  # warm up the CPU and the interpreter
     with tempfile.TemporaryDirectory(prefix="monitor-async-bench-") as tmp:
@@ -137,6 +192,7 @@ def run(
         runs: list[Callable[[int], None]] = [
             lambda n: alone.append(train(seconds)),
             lambda n: ours.append(_ours(root, n, targets, seconds, interval)),
+            lambda n: floor.append(_floor(root, n, targets, seconds, interval)),
         ]
         if with_torchrl:
             runs.append(lambda n: theirs.append(_theirs(root, n, targets, seconds, interval)))
@@ -155,7 +211,10 @@ def run(
     polls_ours = statistics.median(run[2] for run in ours)
     polls_theirs = statistics.median(run[2] for run in theirs) if theirs else None
     scenario = f"6. CPU-bound trainer, monitor in background ({targets} targets at {hz:g} Hz into CSV)"
-    pauses = f"trainer time lost in pauses: alone {paused(alone):.1%}, ours {paused(ours):.1%}"
+    pauses = (
+        f"trainer time lost in pauses: alone {paused(alone):.1%}, ours {paused(ours):.1%}, "
+        f"floor {paused(floor):.1%}"
+    )
     if theirs:
         pauses += f", TorchRL {paused(theirs):.1%}"
     note = (
@@ -168,4 +227,9 @@ def run(
             unit="share", goal=("min", 0.95), note=note),
         Row(scenario, "share of configured poll slots kept", polls_ours, polls_theirs, unit="share",
             goal=("min", 0.90), note="a monitor starved of the GIL keeps the trainer's speed and polls nothing"),
+        Row(scenario, "floor: speed kept beside a bare polling thread, no monitor", statistics.median(kept(floor)),
+            unit="share", note=(
+                f"the same polls into the same rows and appends, nothing else (see Bare); its poll slots kept: "
+                f"{statistics.median(run[2] for run in floor):.3f}"
+            )),
     ]

@@ -7,13 +7,15 @@ installed, the child-process runner, the results file) still works.
 
 from __future__ import annotations
 
+import csv
+import io
 import math
 import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks import bench_cadence, bench_core
-from benchmarks._common import Row, has_torchrl, slot_share
+from benchmarks import bench_cadence, bench_core, bench_sinks, bench_trainer
+from benchmarks._common import Bare, Row, TwelveKeys, has_torchrl, slot_share
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -63,3 +65,23 @@ def test_entry_point_runs_a_scenario_in_a_child_and_writes_the_results(tmp_path:
     assert "| scenario | measure | ours | TorchRL | ratio | goal | met |" in text
     assert "stalled sink" in text
     assert "python -m benchmarks --quick --only memory --no-torchrl" in text
+
+
+def test_file_and_trainer_scenarios_measure_ours_beside_the_floor() -> None:
+    files = bench_sinks.run(targets=3, steps=5, torchrl_steps=2, repeat=1, baseline=False)
+    trainer = bench_trainer.run(targets=3, seconds=0.3, repeat=1, baseline=False)
+    _sane(files + trainer)
+    floors = [r for r in files + trainer if r.measure.startswith("floor:")]
+    assert len(floors) == 2 and all(r.goal is None and r.ours > 0 for r in floors)
+    assert "its poll slots kept: 1.000" in floors[1].note  # the bare thread really polled
+
+
+def test_the_floor_polls_every_target_into_csv_rows_with_rates() -> None:
+    bare = Bare([TwelveKeys(), TwelveKeys()])
+    bare.rows()
+    rows = list(csv.reader(io.StringIO(bare.rows().decode())))
+    assert {row[1] for row in rows} == {"t0", "t1"}
+    assert [row[3] for row in rows if row[1] == "t0"] == [
+        f"t0/{key}" for key in TwelveKeys().stats()
+    ] + ["t0/frames_per_second", "t0/writes_per_second"]
+    assert float(next(row[4] for row in rows if row[3] == "t1/frames")) == 128.0
