@@ -35,6 +35,8 @@ class Row:
     ``goal`` is ``("ratio", x)`` (ours / TorchRL >= x), ``("min", x)``
     (ours >= x), ``("max", x)`` (ours <= x), ``("below", x)`` (ours < x) or
     ``None`` (reported only). ``unit`` is ``"/s"``, ``"share"`` or ``"MB"``.
+    ``who`` names what ``ours`` measured: our monitor, or ``"floor"`` (see
+    :class:`Bare`).
     """
 
     scenario: str
@@ -45,6 +47,7 @@ class Row:
     goal: tuple[str, float] | None = None
     note: str = ""
     extra: dict[str, float] = field(default_factory=dict)
+    who: str = "ours"
 
     @property
     def ratio(self) -> float | None:

@@ -148,6 +148,7 @@ def run(
             csv_theirs,
             note="stats(), float dicts and rates, CSVSink.format, one locked aiofiles append per step; "
             "nothing else (see Bare)",
+            who="floor",
         ),
         Row(
             scenario,

@@ -231,5 +231,5 @@ def run(
             unit="share", note=(
                 f"the same polls into the same rows and appends, nothing else (see Bare); its poll slots kept: "
                 f"{statistics.median(run[2] for run in floor):.3f}"
-            )),
+            ), who="floor"),
     ]

@@ -99,7 +99,7 @@ def fmt_met(row: Row) -> str:
 def line(row: Row) -> str:
     ratio = "" if row.ratio is None else f"  ratio {row.ratio:.2f}x"
     return (
-        f"  {row.measure}: ours {fmt(row.ours, row.unit)}  TorchRL {fmt(row.torchrl, row.unit)}{ratio}"
+        f"  {row.measure}: {row.who} {fmt(row.ours, row.unit)}  TorchRL {fmt(row.torchrl, row.unit)}{ratio}"
         f"  [goal {fmt_goal(row)}: {fmt_met(row).strip('*')}]"
     )
 

@@ -72,7 +72,7 @@ def test_file_and_trainer_scenarios_measure_ours_beside_the_floor() -> None:
     trainer = bench_trainer.run(targets=3, seconds=0.3, repeat=1, baseline=False)
     _sane(files + trainer)
     floors = [r for r in files + trainer if r.measure.startswith("floor:")]
-    assert len(floors) == 2 and all(r.goal is None and r.ours > 0 for r in floors)
+    assert len(floors) == 2 and all(r.goal is None and r.ours > 0 and r.who == "floor" for r in floors)
     assert "its poll slots kept: 1.000" in floors[1].note  # the bare thread really polled
 
 
