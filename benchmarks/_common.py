@@ -121,9 +121,9 @@ class Bare:
     float dict and the rates of the counters TorchRL derives rates from, and
     formats one CSV row per value with ``CSVSink.format`` (the same text our
     sink writes). Nothing else: no records queue, no schedule, no checks of
-    the values, no counters, no error handling. No implementation of the
-    contract can do less per snapshot, so a goal above what this reaches is
-    out of reach on the machine, whatever the monitor does.
+    the values, no counters, no error handling. An implementation of the
+    contract can hardly do less per snapshot: a goal that this misses is out
+    of reach on the machine, whatever the monitor does.
     """
 
     def __init__(self, targets: Sequence[Any]) -> None:

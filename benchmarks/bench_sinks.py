@@ -14,8 +14,8 @@ rows in one file (more bytes per value).
 The floor (:class:`~benchmarks._common.Bare`): the same targets polled into
 the same rows with no monitor at all, appended per step through the same
 locked aiofiles append our sink uses, on a private loop like
-``SyncMonitor(background=False)``'s. It is what the contract allows at best
-on this machine: a CSV goal above its ratio is out of reach.
+``SyncMonitor(background=False)``'s. It is about the best the contract
+allows on this machine: a CSV goal that the floor misses is out of reach.
 
 TensorBoard: ``TensorBoardSink`` (tensorboardX event writer on the sink's
 thread) vs TorchRL's ``TensorboardLogger`` (``torch.utils.tensorboard``

@@ -120,13 +120,15 @@ def _ours(root: Path, n: int, targets: int, seconds: float, interval: float) -> 
 async def _bare_loop(bare: Bare, path: Path, interval: float, ready: threading.Event, done: threading.Event) -> None:
     """Polls every ``interval`` until ``done``; every fifth tick's rows go out in one append."""
     file = LineFile(path, "floor", header=CSVSink.header)
-    await file.open()
+    try:
+        await file.open()
+    finally:
+        ready.set()  # start() returns even if the file cannot be opened (the thread then ends with the error)
     loop = asyncio.get_running_loop()
     blocks: list[bytes] = []
     writing: asyncio.Task[None] | None = None
     start = loop.time()
     ticks = 0
-    ready.set()
     try:
         while not done.is_set():
             blocks.append(bare.rows())

@@ -73,7 +73,7 @@ def test_file_and_trainer_scenarios_measure_ours_beside_the_floor() -> None:
     _sane(files + trainer)
     floors = [r for r in files + trainer if r.measure.startswith("floor:")]
     assert len(floors) == 2 and all(r.goal is None and r.ours > 0 and r.who == "floor" for r in floors)
-    assert "its poll slots kept: 1.000" in floors[1].note  # the bare thread really polled
+    assert float(floors[1].note.rsplit(": ", 1)[1]) > 0.5  # the share of its slots the bare thread polled
 
 
 def test_the_floor_polls_every_target_into_csv_rows_with_rates() -> None:
