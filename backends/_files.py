@@ -195,9 +195,7 @@ class LineSink(BaseSink, abc.ABC):
         await self._file.open()
 
     async def _write(self, records: Sequence[Record]) -> None:
-        block = self.format(records)
-        if block:
-            await self._file.write(block.encode())
+        await self._write_batches((records,))
 
     async def _write_batches(self, batches: Sequence[Sequence[Record]]) -> None:
         """All the batches' lines in one append: whole, in order, one trip to the worker thread."""
