@@ -61,8 +61,9 @@ class Monitor:
         - Records of one watch reach every sink in poll order.
         - In background mode a record reaches its sink within ``batch_wait``
           seconds (default 0.25) of its poll, sooner once half of
-          ``queue_size`` records wait (they then go out ``max_batch`` per
-          write, one write after another); ``step()``, ``flush()`` and
+          ``queue_size`` records wait (they then go out in batches of
+          ``max_batch``, all in one ``write_batches`` call when the sink has
+          it, else one ``write`` after another); ``step()``, ``flush()`` and
           ``stop()`` write everything queued at once. ``batch_wait=0`` writes
           as soon as anything is queued.
         - ``stop()`` returns within a bounded time: a hung target's final
