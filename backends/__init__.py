@@ -9,10 +9,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from ._base import BaseSink, Sink, ThreadedSink
+from monitor_async import BaseSink, LoggerSink, Report, Sink, ThreadedSink
+
 from ._csv import CSVSink
 from ._jsonl import JSONLSink
-from ._logger import LoggerSink, Report
 from ._memory import MemorySink
 from ._tensorboard import TensorBoardSink
 

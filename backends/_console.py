@@ -10,9 +10,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from monitor_async._record import Record
-
-from ._base import ThreadedSink
+from monitor_async import Record, ThreadedSink
 
 __all__ = ["ConsoleSink"]
 

@@ -7,7 +7,7 @@ import io
 import os
 from collections.abc import Sequence
 
-from monitor_async._record import Record
+from monitor_async import Record
 
 from ._files import LineSink
 

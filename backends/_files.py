@@ -27,9 +27,7 @@ from typing import Any
 import aiofiles
 import aiofiles.os
 
-from monitor_async._record import Record
-
-from ._base import BaseSink
+from monitor_async import BaseSink, Record
 
 try:
     import fcntl

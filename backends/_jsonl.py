@@ -6,7 +6,7 @@ import json
 import os
 from collections.abc import Sequence
 
-from monitor_async._record import Record
+from monitor_async import Record
 
 from ._files import LineSink
 

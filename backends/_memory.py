@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from monitor_async._record import Record
-
-from ._base import BaseSink
+from monitor_async import BaseSink, Record
 
 __all__ = ["MemorySink"]
 

@@ -13,15 +13,13 @@ so that a stalled watch can be alerted on.
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from monitor_async._errors import log
-from monitor_async._record import Record
-
-from ._base import BaseSink
+from monitor_async import BaseSink, Record
 
 try:
     from prometheus_client import CollectorRegistry, make_asgi_app, start_http_server
@@ -32,6 +30,8 @@ except ImportError as exc:  # pragma: no cover - depends on the install
     ) from exc
 
 __all__ = ["PrometheusSink"]
+
+log = logging.getLogger("monitor_async")
 
 _NAME_OK = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 _INVALID = re.compile(r"[^a-zA-Z0-9_]+")

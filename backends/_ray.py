@@ -7,9 +7,7 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from monitor_async._record import Record
-
-from ._base import BaseSink
+from monitor_async import BaseSink, Record
 
 try:
     import ray

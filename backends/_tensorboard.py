@@ -8,9 +8,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from monitor_async._record import Record
-
-from ._base import ThreadedSink
+from monitor_async import Record, ThreadedSink
 
 __all__ = ["TensorBoardSink"]
 

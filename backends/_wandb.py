@@ -6,9 +6,7 @@ import importlib.util
 from collections.abc import Sequence
 from typing import Any
 
-from monitor_async._record import Record
-
-from ._base import ThreadedSink
+from monitor_async import Record, ThreadedSink
 
 __all__ = ["WandbSink"]
 

@@ -3,13 +3,55 @@
 Public API::
 
     from monitor_async import Monitor, SyncMonitor, LoggerMonitor, Every, Record
+    from monitor_async import Sink, BaseSink, ThreadedSink, LoggerSink   # for sink authors
+    from monitor_async import MonitorError                              # and its subclasses
+
+The sinks themselves live in :mod:`monitor_async.backends`. This module only
+re-exports; each concept lives in a private module of its own.
 """
 
+from ._exceptions import (
+    ConfigError,
+    MonitorClosedError,
+    MonitorError,
+    PollError,
+    PollTimeoutError,
+    SinkClosedError,
+    SinkError,
+    SinkTypeError,
+    StatsCycleError,
+    StatsTypeError,
+    WatchTypeError,
+)
+from ._logger import LoggerSink, Report
 from ._monitor import Monitor
 from ._record import Record
 from ._schedule import Every
+from ._sink import BaseSink, Sink, ThreadedSink
 from ._sync import LoggerMonitor, SyncMonitor
+from ._version import __version__
 
-__all__ = ["Every", "LoggerMonitor", "Monitor", "Record", "SyncMonitor", "__version__"]
-
-__version__ = "0.1.0"
+__all__ = [
+    "BaseSink",
+    "ConfigError",
+    "Every",
+    "LoggerMonitor",
+    "LoggerSink",
+    "Monitor",
+    "MonitorClosedError",
+    "MonitorError",
+    "PollError",
+    "PollTimeoutError",
+    "Record",
+    "Report",
+    "Sink",
+    "SinkClosedError",
+    "SinkError",
+    "SinkTypeError",
+    "StatsCycleError",
+    "StatsTypeError",
+    "SyncMonitor",
+    "ThreadedSink",
+    "WatchTypeError",
+    "__version__",
+]

@@ -26,10 +26,11 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from ._errors import ErrorPolicy, describe, log
+from ._logger import LoggerSink
 from ._record import Record
 
 __all__ = ["Channel", "channels_for"]
@@ -52,8 +53,6 @@ def channels_for(
     taken: set[str] = set()
     for sink in sinks:
         if not inspect.iscoroutinefunction(getattr(sink, "write", None)):
-            from .backends._logger import LoggerSink
-
             sink = LoggerSink(sink)
         name = getattr(sink, "name", None)
         base = name if isinstance(name, str) and name else type(sink).__name__.lower()
@@ -90,6 +89,9 @@ class Channel:
         self.task: asyncio.Task[None] | None = None
         self._gathering: asyncio.Future[None] | None = None
         self._hurry = 0  # settle() calls under way: the writer does not wait for a batch to fill
+        # a sink's own figures (a network sink's retries, spool size...), added to monitor.stats()
+        counters = getattr(sink, "counters", None)
+        self._counters: Callable[[], Mapping[str, float]] | None = counters if callable(counters) else None
         many = getattr(sink, "write_batches", None)
         self._write_batches: Callable[[list[list[Record]]], Awaitable[None]] | None = (
             many if inspect.iscoroutinefunction(many) else None
@@ -289,3 +291,7 @@ class Channel:
         out[prefix + "dropped"] = float(self.dropped)
         out[prefix + "errors"] = float(self.failures)
         out[prefix + "write_seconds"] = self.write_seconds
+        counters = self._counters
+        if counters is not None:
+            for key, value in counters().items():
+                out.setdefault(prefix + key, float(value))

@@ -12,6 +12,7 @@ from typing import Any
 from ._callers import OFFLOADS, Offload, make_caller
 from ._channel import channels_for
 from ._errors import ON_ERROR, ErrorPolicy, OnError, log
+from ._exceptions import ConfigError, WatchTypeError
 from ._poll import SKIPPED, Counters, Poller, poll_forever
 from ._schedule import Every
 from ._threads import WorkerPool
@@ -35,7 +36,7 @@ def _positive(name: str, value: float | None, *, integer: bool = False, zero: bo
         kind = "a positive integer" if integer else "a finite number of seconds >= 0" if zero else (
             "a strictly positive number of seconds"
         )
-        raise ValueError(f"Monitor: {name} must be {kind}, got {value!r}")
+        raise ConfigError(f"Monitor: {name} must be {kind}, got {value!r}")
 
 
 def _default_name(target: Any) -> str:
@@ -104,7 +105,7 @@ class Monitor:
         batch_wait: float = 0.25,
     ) -> None:
         if on_error not in ON_ERROR:
-            raise ValueError(f"Monitor: on_error must be 'warn', 'raise' or 'ignore', got {on_error!r}")
+            raise ConfigError(f"Monitor: on_error must be 'warn', 'raise' or 'ignore', got {on_error!r}")
         _positive("poll_interval", poll_interval)
         _positive("poll_timeout", poll_timeout)
         _positive("stop_timeout", stop_timeout)
@@ -175,7 +176,7 @@ class Monitor:
         option and ``TypeError`` when there is nothing to call.
         """
         if offload not in OFFLOADS:
-            raise ValueError(f"watch: offload must be 'auto', 'inline' or 'thread', got {offload!r}")
+            raise ConfigError(f"watch: offload must be 'auto', 'inline' or 'thread', got {offload!r}")
         _positive("poll_interval", poll_interval)
         _positive("timeout", timeout)
         if schedule is not None and not isinstance(schedule, Every):
@@ -184,12 +185,12 @@ class Monitor:
         if stats_fn is None:
             stats_fn = getattr(target, "stats", None)
             if not callable(stats_fn):
-                raise TypeError(
+                raise WatchTypeError(
                     f"Cannot watch {type(target).__name__}: it has no callable stats() method "
                     "and no stats_fn was given"
                 )
         elif not callable(stats_fn):
-            raise TypeError(f"watch: stats_fn must be callable, got {type(stats_fn).__name__}")
+            raise WatchTypeError(f"watch: stats_fn must be callable, got {type(stats_fn).__name__}")
         if name is None:
             base = _default_name(target)
             name, n = base, 0
@@ -197,9 +198,9 @@ class Monitor:
                 n += 1
                 name = f"{base}_{n}"
         elif not isinstance(name, str) or not name:
-            raise ValueError(f"watch: name must be a non-empty string, got {name!r}")
+            raise ConfigError(f"watch: name must be a non-empty string, got {name!r}")
         elif name in self._watches:
-            raise ValueError(f"A watch named {name!r} is already registered")
+            raise ConfigError(f"A watch named {name!r} is already registered")
         if step is None and schedule is not None and schedule.kind == "counter":
             step = schedule.key
         interval = float(poll_interval or self.poll_interval)

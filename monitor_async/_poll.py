@@ -19,6 +19,7 @@ from typing import Any
 from ._callers import Busy, InlineCaller, ThreadCaller
 from ._channel import Channel
 from ._errors import ErrorPolicy, describe, log
+from ._exceptions import PollTimeoutError
 from ._record import Record
 from ._threads import WorkerPool
 from ._watch import Watch
@@ -96,7 +97,7 @@ class Poller:
                 watch,
                 f"stats() of watch {watch.name!r} did not return within {watch.timeout:g}s "
                 f"(timeout=, poll_timeout=)",
-                TimeoutError(f"stats() of watch {watch.name!r} timed out after {watch.timeout:g}s"),
+                PollTimeoutError(f"stats() of watch {watch.name!r} timed out after {watch.timeout:g}s"),
             )
             return None
         except Exception as exc:  # noqa: BLE001

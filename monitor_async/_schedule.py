@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from ._exceptions import ConfigError
+
 
 @dataclass(frozen=True, slots=True)
 class Every:
@@ -25,7 +27,7 @@ class Every:
         >>> Every(kind="weekly", interval=1)
         Traceback (most recent call last):
         ...
-        ValueError: Every: kind must be 'seconds' or 'counter', got 'weekly'
+        monitor_async.ConfigError: Every: kind must be 'seconds' or 'counter', got 'weekly'
     """
 
     kind: Literal["seconds", "counter"]
@@ -34,18 +36,18 @@ class Every:
 
     def __post_init__(self) -> None:
         if self.kind not in ("seconds", "counter"):
-            raise ValueError(f"Every: kind must be 'seconds' or 'counter', got {self.kind!r}")
+            raise ConfigError(f"Every: kind must be 'seconds' or 'counter', got {self.kind!r}")
         if isinstance(self.interval, bool) or not isinstance(self.interval, (int, float)):
-            raise ValueError(
+            raise ConfigError(
                 f"Every: interval must be a strictly positive number, got {self.interval!r}"
             )
         if not self.interval > 0:
-            raise ValueError(f"Every: interval must be strictly positive, got {self.interval!r}")
+            raise ConfigError(f"Every: interval must be strictly positive, got {self.interval!r}")
         if self.kind == "counter":
             if not self.key:
-                raise ValueError("Every: a counter schedule needs a counter key, e.g. Every.counter('frames', 1000)")
+                raise ConfigError("Every: a counter schedule needs a counter key, e.g. Every.counter('frames', 1000)")
             if not isinstance(self.key, str):
-                raise ValueError(f"Every: the counter key must be a string, got {type(self.key).__name__}")
+                raise ConfigError(f"Every: the counter key must be a string, got {type(self.key).__name__}")
 
     @classmethod
     def seconds(cls, interval: float) -> Every:

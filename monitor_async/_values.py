@@ -12,6 +12,8 @@ from collections.abc import Iterable, Mapping
 from itertools import islice
 from typing import Any
 
+from ._exceptions import StatsTypeError
+
 __all__ = ["KeyCache", "as_mapping", "flatten"]
 
 
@@ -54,7 +56,7 @@ def as_mapping(raw: object, watch: str) -> dict[Any, Any]:
         return raw.copy()
     if isinstance(raw, Mapping):
         return dict(raw)
-    raise TypeError(
+    raise StatsTypeError(
         f"stats() of watch {watch!r} returned {type(raw).__name__}, "
         "expected a mapping of scalars"
     )

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from monitor_async._record import Record
-
-from ._base import ThreadedSink
+from ._exceptions import SinkTypeError
+from ._record import Record
+from ._sink import ThreadedSink
 
 __all__ = ["LoggerSink", "Report"]
 
@@ -68,7 +68,7 @@ class LoggerSink(ThreadedSink):
         elif callable(getattr(logger, "write", None)):
             self._style = "write"
         else:
-            raise TypeError(
+            raise SinkTypeError(
                 f"{type(logger).__name__} is neither a sink nor a logger: expected async write(records), "
                 "log_metrics(dict, step=), log_scalar(name, value, step=) or write(report)"
             )

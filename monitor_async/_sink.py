@@ -17,8 +17,9 @@ from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from monitor_async._record import Record
-from monitor_async._threads import WorkerPool
+from ._exceptions import SinkClosedError
+from ._record import Record
+from ._threads import WorkerPool
 
 __all__ = ["BaseSink", "Sink", "ThreadedSink"]
 
@@ -36,6 +37,12 @@ class Sink(Protocol):
     ``max_batch`` records hands them over in one such call when the sink has
     it, so a sink that works on a thread makes one trip there instead of one
     per batch. :class:`BaseSink` has it.
+
+    A sink may also define ``counters() -> Mapping[str, float]``: figures of
+    its own (a network sink's ``retries``, ``spooled``...), which
+    ``Monitor.stats()`` reports as ``sink/<label>/<key>`` beside the
+    monitor's own per-sink counters (those win on a name clash). It is called
+    on the monitor's loop and must not block.
     """
 
     async def write(self, records: Sequence[Record]) -> None: ...
@@ -64,7 +71,7 @@ class BaseSink:
     async def write(self, records: Sequence[Record]) -> None:
         """Writes a batch of records (opening the sink first if needed)."""
         if self._closed:
-            raise RuntimeError(f"sink {self.label!r} is closed; it cannot write any more records")
+            raise SinkClosedError(f"sink {self.label!r} is closed; it cannot write any more records")
         if not self._opened:
             await self.open()
         await self._write(records)
@@ -72,7 +79,7 @@ class BaseSink:
     async def write_batches(self, batches: Sequence[Sequence[Record]]) -> None:
         """Writes several batches, in order, as one call (see :class:`Sink`)."""
         if self._closed:
-            raise RuntimeError(f"sink {self.label!r} is closed; it cannot write any more records")
+            raise SinkClosedError(f"sink {self.label!r} is closed; it cannot write any more records")
         if not self._opened:
             await self.open()
         await self._write_batches(batches)
@@ -80,7 +87,7 @@ class BaseSink:
     async def open(self) -> None:
         """Opens the sink now instead of at the first write. Idempotent."""
         if self._closed:
-            raise RuntimeError(f"sink {self.label!r} is closed; it cannot be opened again")
+            raise SinkClosedError(f"sink {self.label!r} is closed; it cannot be opened again")
         if not self._opened:
             await self._open()
             self._opened = True

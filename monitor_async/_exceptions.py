@@ -1,0 +1,98 @@
+"""The exceptions monitor-async raises, in one tree.
+
+Catch :class:`MonitorError` for "anything monitor-async raised", or one
+precise case. Each class also inherits the builtin that was raised before it
+existed, so ``except ValueError`` / ``except RuntimeError`` keep working::
+
+    MonitorError
+    ├── ConfigError(ValueError)          a bad option of Monitor, watch() or Every
+    ├── SinkTypeError(TypeError)         something passed as a sink that is not one
+    ├── WatchTypeError(TypeError)        a target with nothing to call (no stats(), no stats_fn)
+    ├── MonitorClosedError(RuntimeError) a closed SyncMonitor used again
+    ├── PollError                        one poll of one watch failed
+    │   ├── StatsTypeError(TypeError)    stats() returned something that is not a mapping
+    │   ├── StatsCycleError(ValueError)  stats() returned a mapping that contains itself
+    │   └── PollTimeoutError(TimeoutError)  stats() did not answer within the watch's timeout
+    └── SinkError                        a sink failed
+        └── SinkClosedError(RuntimeError)   a closed sink was written to or opened
+
+Errors raised *by user code* (a target's ``stats()``, a sink's ``write``)
+reach ``on_error="raise"`` callers as they were raised, not wrapped.
+
+Example:
+    >>> from monitor_async import Monitor, MonitorError
+    >>> try:
+    ...     Monitor(poll_interval=0)
+    ... except MonitorError as exc:
+    ...     print(type(exc).__name__, isinstance(exc, ValueError))
+    ConfigError True
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "MonitorClosedError",
+    "MonitorError",
+    "PollError",
+    "PollTimeoutError",
+    "SinkClosedError",
+    "SinkError",
+    "SinkTypeError",
+    "StatsCycleError",
+    "StatsTypeError",
+    "WatchTypeError",
+]
+
+
+class MonitorError(Exception):
+    """The root of every exception monitor-async raises itself."""
+
+
+class ConfigError(MonitorError, ValueError):
+    """An option of ``Monitor``, ``Monitor.watch`` or ``Every`` is out of range; the message names it."""
+
+
+class SinkTypeError(MonitorError, TypeError):
+    """Something passed as a sink is neither a sink nor a recognised logger; the message names it."""
+
+
+class WatchTypeError(MonitorError, TypeError):
+    """A watched target has no callable ``stats()`` and no ``stats_fn`` was given."""
+
+
+class MonitorClosedError(MonitorError, RuntimeError):
+    """A ``SyncMonitor`` was used after ``close()``; build a new one."""
+
+
+class PollError(MonitorError):
+    """One poll of one watch failed (the message names the watch)."""
+
+
+class StatsTypeError(PollError, TypeError):
+    """``stats()`` returned something that is not a mapping."""
+
+
+class StatsCycleError(PollError, ValueError):
+    """``stats()`` returned a mapping that contains itself (a cycle)."""
+
+
+class PollTimeoutError(PollError, TimeoutError):
+    """``stats()`` did not answer within the watch's ``timeout``."""
+
+
+class SinkError(MonitorError):
+    """A sink failed (the message names the sink)."""
+
+
+class SinkClosedError(SinkError, RuntimeError):
+    """A closed sink was written to or opened again."""
+
+
+# shown as ``monitor_async.ConfigError`` in tracebacks: the name users import it by
+for _cls in (
+    MonitorError, ConfigError, SinkTypeError, WatchTypeError, MonitorClosedError, PollError,
+    StatsTypeError, StatsCycleError, PollTimeoutError, SinkError, SinkClosedError,
+):
+    _cls.__module__ = "monitor_async"
+del _cls

@@ -1,0 +1,3 @@
+"""The one version string; ``pyproject.toml`` reads it at build time."""
+
+__version__ = "0.2.0"
