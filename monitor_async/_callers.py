@@ -5,7 +5,9 @@
   In ``auto`` mode it times each call and asks to be moved to a thread when
   the calls turn out slow.
 - :class:`ThreadCaller` runs a blocking ``stats()`` on the monitor's daemon
-  worker pool (IPC proxies, locks, remote calls).
+  worker pool (IPC proxies, locks, remote calls), and copies and flattens
+  its result there too (``Watch.prepare``), so a lazy mapping with slow
+  reads never holds up the loop.
 - :class:`RemoteCaller` calls ``handle.stats.remote(**kwargs)`` on a Ray
   actor handle (anything whose ``stats`` has a ``.remote``) and awaits the
   ``ObjectRef`` through its ``future()``, without ``ray.get`` on the loop.
@@ -36,6 +38,7 @@ from types import MethodType
 from typing import Any, Literal
 
 from ._threads import WorkerPool, wait_future
+from ._values import Flattened
 
 __all__ = [
     "Busy",
@@ -67,10 +70,16 @@ class Busy(Exception):
 
 
 class Caller:
-    """Calls ``stats()`` once per poll. ``mode`` names the strategy."""
+    """Calls ``stats()`` once per poll. ``mode`` names the strategy.
+
+    ``owner`` is the watch the caller serves, set by the watch: a call that
+    runs on a worker thread hands its result to ``owner.prepare(result)``
+    there, so the copying and flattening happen on that thread too.
+    """
 
     mode: str = ""
     wants_thread = False
+    owner: Any = None
 
     @property
     def busy(self) -> bool:
@@ -113,9 +122,10 @@ class InlineCaller(Caller):
 
     @property
     def fn(self) -> Callable[[], Any]:
-        """The callable this caller calls (what a ``ThreadCaller`` takes over on promotion)."""
+        """What a ``ThreadCaller`` takes over on promotion: the call, and the owner's flattening after it."""
         func, obj = self._func, self._self
-        return func if obj is _UNBOUND else MethodType(func, obj)
+        fn = func if obj is _UNBOUND else MethodType(func, obj)
+        return fn if self.owner is None else functools.partial(_prepared, fn, self.owner)
 
     def call(self) -> Any:
         func, obj = self._func, self._self
@@ -173,9 +183,14 @@ class _FutureCaller(Caller):
             result = await wait_future(pending)
         finally:
             self._waiting -= 1
-        if type(result) is not dict and inspect.isawaitable(result):
+        if type(result) is not Flattened and type(result) is not dict and inspect.isawaitable(result):
             result = await result
         return result
+
+
+def _prepared(fn: Callable[[], Any], owner: Any) -> Any:
+    """On a worker thread: ``fn()``, then the owner's copying and flattening of its result."""
+    return owner.prepare(fn())
 
 
 class ThreadCaller(_FutureCaller):
@@ -189,7 +204,8 @@ class ThreadCaller(_FutureCaller):
         self._pool = pool
 
     def _begin(self) -> Future[Any]:
-        return self._pool.submit(self.fn)
+        owner = self.owner
+        return self._pool.submit(self.fn if owner is None else functools.partial(_prepared, self.fn, owner))
 
     def timed_out(self) -> None:
         super().timed_out()

@@ -18,7 +18,7 @@ from ._callers import Caller
 from ._errors import log
 from ._record import Record, new_record
 from ._schedule import Every
-from ._values import KeyCache, as_mapping, flatten
+from ._values import Flattened, KeyCache, flatten, read
 
 __all__ = ["DEFAULT_RATE_NAMES", "Watch"]
 
@@ -134,6 +134,8 @@ class Watch(KeyCache):
         self.slot = 0
         self.due = 0.0
         self.waiter: asyncio.Future[Any] | None = None
+        # a thread-offloaded stats() is flattened on its worker thread (see prepare)
+        caller.owner = self
 
     def snapshot(self, raw: object, *, force: bool = False) -> tuple[Record | None, int]:
         """Turns one ``stats()`` result into a Record when it is due.
@@ -141,11 +143,13 @@ class Watch(KeyCache):
         Returns the record (``None`` when not due) and how many values were
         left out (non-numeric, non-finite, or over ``max_values``).
         """
-        metrics: dict[str, float] = {}
-        # a private copy, so a target mutating its dict cannot break the read
-        dropped = flatten(
-            raw.copy() if type(raw) is dict else as_mapping(raw, self.name), metrics, self.max_values, self
-        )
+        # a private copy, so a target mutating its dict cannot break the read; a thread-offloaded
+        # target's result comes flattened already (see prepare)
+        if type(raw) is dict:
+            metrics: dict[str, float] = {}
+            dropped = flatten(raw.copy(), metrics, self.max_values, self, raw)
+        else:
+            metrics, dropped = read(raw, self.max_values, self)
         if dropped and not self.capped and len(metrics) >= self.max_values:
             self._warn_capped()
         now = _monotonic()
@@ -184,10 +188,24 @@ class Watch(KeyCache):
         self.has_logged = True
         return new_record(self.name, step, _time(), metrics), dropped
 
+    def prepare(self, raw: Any) -> Any:
+        """On a worker thread: a mapping ``stats()`` returned, flattened there (:meth:`snapshot` takes it as is).
+
+        Copying and flattening a lazy mapping (one slow read per key) then
+        costs that thread, never the event loop. Anything else (an awaitable,
+        a result that is not a mapping) is returned as it is, for the loop.
+        At most one call of a watch is in flight, so the key cache is never
+        used by two threads at once.
+        """
+        if type(raw) is dict or isinstance(raw, Mapping):
+            return Flattened(*read(raw, self.max_values, self))
+        return raw
+
     def _find_rates(self) -> None:
+        added = self.added  # read first: a key added meanwhile makes the next snapshot look again
         seen = set(self.names.values())
         self.rates_live = tuple(pair for pair in self.rate_pairs if pair[0] in seen)
-        self.rates_seen = self.added
+        self.rates_seen = added
 
     def _counters(self, metrics: Mapping[str, float]) -> dict[str, float]:
         """The values rates are derived from (read before any rate is added)."""

@@ -2,6 +2,10 @@
 
 A bad result never breaks a neighbour, never reaches a sink as garbage, and
 what does reach CSV and JSONL files reads back exactly with csv and json.
+
+Issue 16, promise 3 (the last test): a value whose conversion raises
+anything, a key that cannot be made a str, and a nested or lazy mapping
+whose read raises cost only that value, left out and counted.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import math
 import sys
 import threading
 import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -252,3 +257,98 @@ async def test_a_mapping_mutated_by_another_thread_while_read_is_copied_first(of
         mutator.join()
         sys.setswitchinterval(switch)
     assert monitor.stats()["polls_failed"] == 0
+
+
+class FloatRaises:
+    """``__float__`` raises AttributeError (a proxy whose backing object is gone)."""
+
+    def __float__(self) -> float:
+        raise AttributeError("'NoneType' object has no attribute 'value'")
+
+
+class RemoteValue:
+    """Every attribute read goes over a dead connection (``__getattr__`` raises ConnectionError)."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise ConnectionError(f"lost the server while reading .{name}")
+
+
+class ItemRaises:
+    """``.item()`` raises KeyError (a tensor-like wrapper over a missing entry)."""
+
+    def item(self) -> float:
+        raise KeyError("shard 7")
+
+
+class StrRaises:
+    """A key whose ``__str__`` raises: it cannot be named, so its value is left out."""
+
+    def __str__(self) -> str:
+        raise LookupError("no name")
+
+    def __hash__(self) -> int:
+        return 1
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+
+class ReadRaises(Mapping[str, Any]):
+    """A lazy mapping whose read of ``"broken"`` raises; the other keys read fine."""
+
+    def __init__(self, **values: Any) -> None:
+        self.values = values
+
+    def __getitem__(self, key: str) -> Any:
+        if key == "broken":
+            raise BrokenPipeError("reading 'broken' failed")
+        return self.values[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.values)
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+
+class ItemsRaise(dict):  # type: ignore[type-arg]
+    """A nested mapping that cannot be read at all: copying it raises."""
+
+    def copy(self) -> dict[str, Any]:
+        raise OSError("device gone")
+
+    def keys(self) -> Any:
+        raise OSError("device gone")
+
+    def __iter__(self) -> Iterator[str]:
+        raise OSError("device gone")
+
+
+@pytest.mark.parametrize("offload", ["inline", "thread"])
+async def test_a_value_whose_conversion_raises_anything_drops_that_value_only(
+    offload: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    values = {
+        "ok": 1.0,
+        "float_raises": FloatRaises(),
+        "remote": RemoteValue(),
+        "item_raises": ItemRaises(),
+        StrRaises(): 5.0,
+        "nested": {"fine": 2.0, "remote": RemoteValue(), "gone": ItemsRaise(a=1.0)},
+        "lazy": ReadRaises(good=3.0, broken=0.0),
+        "last": 4.0,
+    }
+    sink = MemorySink()
+    monitor = Monitor(sink)
+    monitor.watch(Settable(values), name="t", offload=offload)  # type: ignore[arg-type]
+    monitor.watch(Settable(ReadRaises(good=3.0, broken=0.0)), name="lazy_top", offload=offload)  # type: ignore[arg-type]
+    with caplog.at_level(logging.WARNING, logger="monitor_async"):
+        logged = await monitor.step()
+    assert logged["t"] == {"t/ok": 1.0, "t/nested/fine": 2.0, "t/lazy/good": 3.0, "t/last": 4.0}
+    assert logged["lazy_top"] == {"lazy_top/good": 3.0}
+    stats = monitor.stats()
+    # float_raises, remote, item_raises, the unnameable key, nested remote, nested gone, lazy broken, top broken
+    assert stats["values_dropped"] == 8
+    assert stats["polls_failed"] == 0
+    assert monitor_warnings(caplog) == []
+    assert [r.name for r in sink.records] == ["t", "lazy_top"]
