@@ -15,12 +15,46 @@ ON_ERROR: tuple[str, ...] = ("warn", "raise", "ignore")
 
 
 def describe(exc: BaseException) -> str:
-    """``repr(exc)`` on one line: remote errors (Ray) carry whole tracebacks in their repr."""
-    text = repr(exc)
+    """``repr(exc)`` on one line: remote errors (Ray) carry whole tracebacks in their repr.
+
+    Never raises (but for ``BaseException`` that is not an ``Exception``): an
+    error whose ``__repr__`` raises is described by its class name and
+    ``str``, or by its class name alone, so reporting a failure never fails.
+
+    Example:
+        >>> class Odd(Exception):
+        ...     def __repr__(self):
+        ...         raise RuntimeError
+        ...     def __str__(self):
+        ...         raise RuntimeError
+        >>> describe(Odd())
+        'Odd(<repr() and str() of the error raised>)'
+    """
+    try:
+        text = repr(exc)
+        if not isinstance(text, str):
+            raise TypeError("__repr__ returned a non-string")
+    except Exception:  # noqa: BLE001 - the error's own repr failed: fall back on what cannot
+        text = _fallback(exc)
     line, _, rest = text.partition("\n")
     if len(line) > 300:
         line = line[:297] + "..."
     return f"{line} [...]" if rest else line
+
+
+def _fallback(exc: BaseException) -> str:
+    """``Name(str)`` of an error whose repr raised; ``Name(<...>)`` when its str raises too."""
+    try:
+        name = type(exc).__qualname__
+    except Exception:  # noqa: BLE001 - a metaclass with a raising __qualname__
+        name = "Exception"
+    try:
+        text = str(exc)
+        if not isinstance(text, str):
+            raise TypeError("__str__ returned a non-string")
+    except Exception:  # noqa: BLE001
+        return f"{name}(<repr() and str() of the error raised>)"
+    return f"{name}({text!r})"
 
 
 class ErrorPolicy:
