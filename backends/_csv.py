@@ -5,25 +5,33 @@ from __future__ import annotations
 import csv
 import io
 import os
+import sys
 from collections.abc import Sequence
 
 from monitor_async import Record
 
 from ._files import LineSink
+from ._text import escape
 
 __all__ = ["CSVSink"]
 
 HEADER = "time,name,step,metric,value\n"
-_CACHED = 4096
-"""Row templates kept (one per distinct key order) before the caches start afresh."""
+_ENTRY = 64
+"""Bytes a cache entry costs besides its strings (its slot in the dict's table), for the budget."""
 
 
 def _quote(field: str) -> str:
-    """``field`` as the csv module writes it: quoted when it holds a comma, a quote or a line break."""
+    """``field`` as the csv module writes it (quoted when it holds a comma, a quote or a line break), escaped first.
+
+    What UTF-8 cannot encode (a lone surrogate) is escaped (see ``escape``).
+    A field that needs neither is returned as it is (no copy to keep).
+    """
+    field = escape(field) or field
     buf = io.StringIO()
     # "\r\n" as terminator makes the writer quote fields holding either character.
     csv.writer(buf, lineterminator="\r\n").writerow([field])
-    return buf.getvalue()[:-2]
+    quoted = buf.getvalue()[:-2]
+    return field if quoted == field else quoted
 
 
 class CSVSink(LineSink):
@@ -45,7 +53,17 @@ class CSVSink(LineSink):
           mid-write is cut away when the file is next opened. ``fsync=True``
           also forces each batch to disk before ``write`` returns.
         - Names holding commas, quotes or line breaks are quoted the way
-          ``csv.reader`` reads them back.
+          ``csv.reader`` reads them back. A key or watch name that UTF-8
+          cannot encode (a lone surrogate, ``"\\udcff"``) is written escaped
+          (``\\udcff`` as text) and counted in ``keys_escaped``
+          (``monitor.stats()["sink/<label>/keys_escaped"]``): it never fails
+          a batch. NUL is valid UTF-8 and ``csv.reader`` reads it back.
+        - Memory is bounded: the row templates and quoted names it caches
+          hold about :attr:`cache_bytes` (4 MiB) at most, then start afresh,
+          whatever the keys (one that changes at every poll included).
+        - A file deleted or moved away while written (log rotation) is
+          noticed at the next write and created again at ``path`` with the
+          header, with one warning, counted in ``recreated``.
         - Nothing is dropped here: the monitor's per-sink queue decides that.
           Parent folders are created on first write; constructing does no I/O.
           One sink is used from one event loop (aiofiles binds the file to the
@@ -69,11 +87,22 @@ class CSVSink(LineSink):
     """
 
     header = HEADER.encode()
+    cache_bytes = 4 << 20
+    """About how many bytes the row templates and quoted names may hold (more starts them afresh)."""
 
     def __init__(self, path: str | os.PathLike[str], *, fsync: bool = False, name: str | None = None) -> None:
         super().__init__(path, fsync=fsync, name=name)
+        self.keys_escaped = 0
         self._quoted: dict[str, str] = {}
         self._templates: dict[tuple[str, ...], str] = {}
+        self._escaping: dict[tuple[str, ...], tuple[str, int]] = {}  # key orders holding escaped keys
+        self._cached = 0  # bytes the three caches hold, about
+
+    def counters(self) -> dict[str, float]:
+        """``recreated`` (see :class:`LineSink`) and ``keys_escaped``: values written under an escaped key."""
+        out = super().counters()
+        out["keys_escaped"] = float(self.keys_escaped)
+        return out
 
     def format(self, records: Sequence[Record]) -> str:
         """The rows of ``records`` as one block of CSV text (what ``write`` appends).
@@ -90,7 +119,7 @@ class CSVSink(LineSink):
         for r in records:
             name = quoted.get(r.name)
             if name is None:
-                name = quoted[r.name] = _quote(r.name)
+                name = self._quote(r.name)
             step = r.step
             prefix = f"{r.time!r},{name},{'' if step is None else step},"
             metrics = r.metrics
@@ -101,21 +130,50 @@ class CSVSink(LineSink):
             if template:
                 add((template % tuple(metrics.values())).replace("\0", prefix))
             else:  # a key holding NUL, or no values
-                add("".join([f"{prefix}{quoted[k]},{v!r}\n" for k, v in metrics.items()]))
+                fields = self._fields(keys)
+                add("".join([f"{prefix}{field},{v!r}\n" for field, v in zip(fields, metrics.values(), strict=True)]))
         return "".join(blocks)
 
+    def _quote(self, text: str) -> str:
+        """``_quote(text)``, cached; the caches start afresh past :attr:`cache_bytes`."""
+        if self._cached > self.cache_bytes:
+            self._clear()
+        quoted = self._quoted[text] = _quote(text)
+        self._cached += sys.getsizeof(text) + (0 if quoted is text else sys.getsizeof(quoted)) + _ENTRY
+        return quoted
+
     def _template(self, keys: tuple[str, ...]) -> str:
-        """``"\\0<metric>,%r\\n"`` per key (``\\0`` stands for the row prefix); ``""`` when a key holds NUL."""
-        quoted, templates = self._quoted, self._templates
-        if len(templates) >= _CACHED or len(quoted) >= 16 * _CACHED:
-            templates.clear()  # key names that keep changing: keep the caches bounded
-            quoted.clear()
-        for k in keys:
-            if k not in quoted:
-                quoted[k] = _quote(k)
+        """``"\\0<metric>,%r\\n"`` per key (``\\0`` stands for the row prefix); ``""`` when a key holds NUL.
+
+        Counts the record's escaped keys in ``keys_escaped``: a key order that
+        holds one is cached apart, so the common one costs no check at all.
+        """
+        escaping = self._escaping.get(keys)
+        if escaping is not None:
+            self.keys_escaped += escaping[1]
+            return escaping[0]
+        if self._cached > self.cache_bytes:
+            self._clear()  # key names that keep changing: keep the caches bounded
+        fields = self._fields(keys)
         template = "" if any("\0" in k for k in keys) else "".join(
-            ["\0" + quoted[k].replace("%", "%%") + ",%r\n" for k in keys]
+            ["\0" + field.replace("%", "%%") + ",%r\n" for field in fields]
         )
-        templates[keys] = template
+        self._cached += sys.getsizeof(template) + sys.getsizeof(keys) + _ENTRY
+        escaped = sum(1 for k in keys if not k.isascii() and escape(k) is not None)
+        if escaped:
+            self._escaping[keys] = (template, escaped)
+            self.keys_escaped += escaped
+        else:
+            self._templates[keys] = template
         return template
 
+    def _fields(self, keys: tuple[str, ...]) -> list[str]:
+        """The quoted (and escaped) text of each key."""
+        quoted = self._quoted
+        return [field if (field := quoted.get(k)) is not None else self._quote(k) for k in keys]
+
+    def _clear(self) -> None:
+        self._quoted.clear()
+        self._templates.clear()
+        self._escaping.clear()
+        self._cached = 0

@@ -13,13 +13,21 @@ this process. The file only ever holds whole lines:
   cuts that partial line away.
 - Each append, and that check at open, holds an exclusive ``flock`` on the
   file, so processes appending to one file never cut each other's lines.
+
+Files that move: before each append the path is checked to still name the
+open file (one ``stat``, on the worker thread). A file deleted or renamed
+while written (log rotation) is noticed at the next write: the batch goes to
+a new file created at the path, with the header, and one warning says so.
+A file cut to nothing in place (``copytruncate``) gets its header again.
 """
 
 from __future__ import annotations
 
 import abc
 import contextlib
+import logging
 import os
+import stat
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -36,7 +44,11 @@ except ImportError:  # Windows has no fcntl: appends are still whole, just not l
 
 __all__ = ["LineFile", "LineSink"]
 
+log = logging.getLogger("monitor_async")
+
 _CHUNK = 1 << 16
+_Identity = tuple[int, int]
+_WRITTEN, _MOVED, _TRUNCATED = 0, 1, 2
 
 
 @contextlib.contextmanager
@@ -53,12 +65,16 @@ def _locked(fd: int) -> Iterator[None]:
         fcntl.flock(fd, fcntl.LOCK_UN)
 
 
-def _append_all(fd: int, data: bytes) -> None:
-    """Appends all of ``data``; on failure, cuts the file back to where ``data`` began."""
+def _end(fd: int) -> int | None:
+    """Where an O_APPEND write lands (under the lock); ``None`` for a pipe or a terminal."""
     try:
-        start: int | None = os.lseek(fd, 0, os.SEEK_END)  # where an O_APPEND write lands, under the lock
-    except OSError:  # a pipe or a terminal (CSVSink("/dev/stdout")): nothing to take back
-        start = None
+        return os.lseek(fd, 0, os.SEEK_END)
+    except OSError:  # CSVSink("/dev/stdout"): nothing to take back
+        return None
+
+
+def _append_all(fd: int, data: bytes, start: int | None) -> None:
+    """Appends all of ``data`` at ``start``; on failure, cuts the file back to where ``data`` began."""
     view = memoryview(data)
     try:
         while view:
@@ -70,12 +86,31 @@ def _append_all(fd: int, data: bytes) -> None:
         raise
 
 
-def _append(fd: int, data: bytes, fsync: bool) -> None:
-    """One batch, on aiofiles' worker thread: locked, whole or not at all, then forced to disk if asked."""
+def _append(fd: int, data: bytes, fsync: bool, path: str, identity: _Identity | None, header: bytes) -> int:
+    """One batch, on aiofiles' worker thread: locked, whole or not at all, then forced to disk if asked.
+
+    With ``identity`` (the open file's device and inode), first checks that
+    ``path`` still names that file: if not (deleted, renamed), writes nothing
+    and returns ``_MOVED``. A file found empty gets ``header`` first
+    (``_TRUNCATED``). Else returns ``_WRITTEN``.
+    """
+    if identity is not None:
+        try:
+            found = os.stat(path)
+        except OSError:  # gone (or its folder is): created again by the caller
+            return _MOVED
+        if (found.st_dev, found.st_ino) != identity:
+            return _MOVED
+    done = _WRITTEN
     with _locked(fd):
-        _append_all(fd, data)
+        start = _end(fd)
+        if start == 0 and header and identity is not None:
+            data = header + data
+            done = _TRUNCATED
+        _append_all(fd, data, start)
         if fsync:
             os.fsync(fd)
+    return done
 
 
 def _line_end(fd: int, size: int) -> int:
@@ -90,24 +125,27 @@ def _line_end(fd: int, size: int) -> int:
     return 0
 
 
-def _prepare(fd: int, header: bytes) -> bytes | None:
+def _prepare(fd: int, header: bytes) -> tuple[bytes | None, _Identity | None]:
     """At open, locked: the header goes into an empty file, and a torn last line is cut away.
 
     Returns the first line of a file that does not start with ``header``
-    (the file is then left as it is), else ``None``.
+    (the file is then left as it is), else ``None``; and the file's device
+    and inode when it is a regular file (``None`` for a pipe or a terminal).
     """
     with _locked(fd):
-        size = os.fstat(fd).st_size
+        info = os.fstat(fd)
+        identity = (info.st_dev, info.st_ino) if stat.S_ISREG(info.st_mode) else None
+        size = info.st_size
         if size == 0:
-            _append_all(fd, header)
-            return None
+            _append_all(fd, header, _end(fd))
+            return None, identity
         if header:
             head = os.pread(fd, max(len(header), 256), 0)
             if not head.startswith(header):
-                return head.split(b"\n", 1)[0]
+                return head.split(b"\n", 1)[0], identity
         if os.pread(fd, 1, size - 1) != b"\n":
             os.ftruncate(fd, _line_end(fd, size))
-    return None
+    return None, identity
 
 
 _append_async = aiofiles.os.wrap(_append)
@@ -126,7 +164,11 @@ class LineFile:
         self.owner = owner
         self.header = header
         self.fsync = fsync
+        self.recreated = 0
+        """How many times the file was found deleted or moved away, and created again."""
         self._file: Any = None
+        self._name = os.fspath(path)
+        self._identity: _Identity | None = None
 
     def _error(self, exc: OSError) -> OSError:
         return OSError(exc.errno, f"{self.owner} cannot append to {str(self.path)!r}: {exc.strerror}")
@@ -139,7 +181,7 @@ class LineFile:
         except OSError as exc:
             raise self._error(exc) from exc
         try:
-            first = await _prepare_async(file.fileno(), self.header)
+            first, identity = await _prepare_async(file.fileno(), self.header)
         except OSError as exc:
             await file.close()
             raise self._error(exc) from exc
@@ -152,17 +194,41 @@ class LineFile:
                 f"{self.owner}: {str(path)!r} starts with {first[:200]!r}, not the header "
                 f"{self.header!r}; append to a file this sink wrote, or pick a new path"
             )
-        self._file = file
+        self._file, self._identity = file, identity
 
     async def write(self, data: bytes) -> None:
-        """Appends ``data`` (whole lines) in one locked write; with ``fsync``, also forces it to disk."""
+        """Appends ``data`` (whole lines) in one locked write; with ``fsync``, also forces it to disk.
+
+        A file deleted or moved away since the last write is created again at
+        :attr:`path` (with the header) and ``data`` goes there, with a warning.
+        """
+        if self._file is None:  # created again after a move, and that failed: try once more
+            await self.open()
         try:
-            await _append_async(self._file.fileno(), data, self.fsync)
+            done = await _append_async(self._file.fileno(), data, self.fsync, self._name, self._identity, self.header)
+            if done == _MOVED:
+                await self._recreate()
+                done = await _append_async(self._file.fileno(), data, self.fsync, self._name, None, b"")
         except OSError as exc:
             raise self._error(exc) from exc
+        if done == _TRUNCATED:
+            log.warning(
+                "%s: %r was emptied while written (log rotation with copytruncate?); wrote the header again",
+                self.owner, self._name,
+            )
+
+    async def _recreate(self) -> None:
+        await self.close()
+        await self.open()
+        self.recreated += 1
+        log.warning(
+            "%s: %r was deleted or moved away while written (log rotation?); created it again at that "
+            "path, with the header (counted in monitor.stats()['sink/<label>/recreated'])",
+            self.owner, self._name,
+        )
 
     async def close(self) -> None:
-        file, self._file = self._file, None
+        file, self._file, self._identity = self._file, None, None
         if file is not None:
             await file.close()
 
@@ -195,11 +261,19 @@ class LineSink(BaseSink, abc.ABC):
     async def _write(self, records: Sequence[Record]) -> None:
         await self._write_batches((records,))
 
+    def counters(self) -> dict[str, float]:
+        """``recreated``: how many times the file was deleted or moved away and created again."""
+        return {"recreated": float(self._file.recreated)}
+
     async def _write_batches(self, batches: Sequence[Sequence[Record]]) -> None:
         """All the batches' lines in one append: whole, in order, one trip to the worker thread."""
         block = "".join([self.format(records) for records in batches])
         if block:
-            await self._file.write(block.encode())
+            try:
+                data = block.encode()
+            except UnicodeEncodeError:  # a format() that let a lone surrogate through: escaped, not lost
+                data = block.encode("utf-8", "backslashreplace")
+            await self._file.write(data)
 
     async def _close(self) -> None:
         await self._file.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Sequence
 
 from monitor_async import Record
@@ -28,6 +29,14 @@ class JSONLSink(LineSink):
           disk) is taken back, and part of a block left by a process killed
           mid-write is cut away when the file is next opened. ``fsync=True``
           also forces each batch to disk before ``write`` returns.
+        - Keys and names are escaped by JSON (``ensure_ascii``): NUL, line
+          breaks and lone surrogates (``"\\udcff"``, which UTF-8 cannot
+          encode) included, so no key ever fails a batch, and ``json.loads``
+          reads every key back exactly.
+        - A file deleted or moved away while written (log rotation) is
+          noticed at the next write and created again at ``path``, with one
+          warning, counted in ``recreated``. The watch names it caches hold
+          about :attr:`cache_bytes` at most.
         - Appending to an existing file keeps what it holds. Parent folders are
           created on first write; constructing does no I/O. One sink is used
           from one event loop (aiofiles binds the file to the loop that opened
@@ -51,10 +60,14 @@ class JSONLSink(LineSink):
         ('rb', None, {'rb/size': 3.0})
     """
 
+    cache_bytes = 1 << 20
+    """About how many bytes the cached watch names may hold (more starts the cache afresh)."""
+
     def __init__(self, path: str | os.PathLike[str], *, fsync: bool = False, name: str | None = None) -> None:
         super().__init__(path, fsync=fsync, name=name)
         self._encode = json.JSONEncoder(separators=(",", ":"), check_circular=False).encode
-        self._names: dict[str, str] = {}
+        self._names: dict[str, str] = {}  # watch name -> its JSON text
+        self._cached = 0  # bytes the names hold, about
 
     def format(self, records: Sequence[Record]) -> str:
         """The lines of ``records`` as one block of text (what ``write`` appends)."""
@@ -64,10 +77,18 @@ class JSONLSink(LineSink):
         for r in records:
             name = names.get(r.name)
             if name is None:
-                name = names[r.name] = encode(r.name)
+                name = self._name(r.name)
             step = "null" if r.step is None else str(r.step)
             lines.append(
                 f'{{"time":{encode(r.time)},"name":{name},"step":{step},"metrics":{encode(r.metrics)}}}\n'
             )
         return "".join(lines)
 
+    def _name(self, name: str) -> str:
+        """``name`` as JSON text, cached; the cache starts afresh past :attr:`cache_bytes`."""
+        if self._cached > self.cache_bytes:
+            self._names.clear()
+            self._cached = 0
+        text = self._names[name] = self._encode(name)
+        self._cached += sys.getsizeof(name) + sys.getsizeof(text) + 64
+        return text

@@ -15,11 +15,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from monitor_async import BaseSink, Record
+
+from ._text import escape
 
 try:
     from prometheus_client import CollectorRegistry, make_asgi_app, start_http_server
@@ -36,6 +39,10 @@ log = logging.getLogger("monitor_async")
 _NAME_OK = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 _INVALID = re.compile(r"[^a-zA-Z0-9_]+")
 _TIMESTAMP = "last_record_timestamp_seconds"
+_CLASH: Any = object()
+"""The route of a key whose series another key of the same watch holds: its values are counted, not written."""
+_OVER: Any = object()
+"""The route of a key whose series ``max_series`` kept out: its values are counted, not written."""
 
 
 def sanitise(name: str) -> str:
@@ -90,8 +97,17 @@ class PrometheusSink(BaseSink):
     Guarantees:
         - Metric model: one gauge family per metric, labelled by watch
           (``monitor_async_frames{watch="collector"}``); see the module
-          docstring. Names are sanitised to ``[a-zA-Z0-9_]``, so ``a/b`` and
-          ``a.b`` of one watch land on the same series (the later write wins).
+          docstring. Names are sanitised to ``[a-zA-Z0-9_]``. Keys of one
+          watch that sanitise to the same name (``a/b`` and ``a.b``) never
+          overwrite each other: the first key seen owns the series for good,
+          the values of the others are left out, counted in
+          ``keys_collided`` and reported by one warning. (Other watches'
+          ``a.b`` are their own series of the same family.)
+        - A watch name UTF-8 cannot encode (a lone surrogate, ``"\\udcff"``)
+          is escaped in the ``watch`` label (``\\udcff`` as text) and counted
+          in ``keys_escaped`` (per record), so a scrape never fails on it.
+          Key names cannot hit this: anything but ``[a-zA-Z0-9_]`` is
+          sanitised away.
         - Only the latest value is kept; a scrape sees the last record written
           for each watch. ``write`` just updates a dict under a lock, on the
           monitor's loop; scrapes read it on prometheus_client's server thread.
@@ -99,6 +115,11 @@ class PrometheusSink(BaseSink):
           are exported. Further new pairs are dropped, counted in
           ``series_dropped`` and reported by one warning; existing ones keep
           updating.
+        - Memory is bounded: ``max_series`` series at most, and the routes
+          from keys to series it caches hold about :attr:`cache_bytes`
+          (4 MiB), then start afresh. ``counters()`` reports
+          ``series_dropped``, ``keys_collided`` and ``keys_escaped`` (in
+          ``monitor.stats()`` as ``sink/<label>/...``).
         - The values live in the sink's own ``CollectorRegistry`` (or in the
           ``registry`` you pass, e.g. prometheus_client's default ``REGISTRY``
           to serve them next to the process metrics).
@@ -127,6 +148,9 @@ class PrometheusSink(BaseSink):
         >>> 'monitor_async_frames{watch="collector"} 1000.0' in asyncio.run(main())
         True
     """
+
+    cache_bytes = 4 << 20
+    """About how many bytes the cached routes from keys to series may hold (more starts them afresh)."""
 
     def __init__(
         self,
@@ -158,8 +182,13 @@ class PrometheusSink(BaseSink):
         self.registry: Any = CollectorRegistry() if registry is None else registry
         self._collector = _LatestValues(namespace)
         self.registry.register(self._collector)
-        self._names: dict[str, str] = {}
+        self.keys_collided = 0
+        self.keys_escaped = 0
         self._reserved = f"{namespace}_{_TIMESTAMP}"
+        self._labels: dict[str, str] = {}  # watch name -> its label value
+        self._routes: dict[str, dict[str, Any]] = {}  # watch name -> key -> series, _CLASH or _OVER
+        self._routed = 0  # bytes the routes hold, about
+        self._claims: dict[tuple[str, str], str] = {}  # (family, label) -> the key that owns the series
         self._server: Any = None
         self._thread: threading.Thread | None = None
 
@@ -196,48 +225,98 @@ class PrometheusSink(BaseSink):
         return app
 
     # ------------------------------------------------------------------ writes
-    def _family(self, key: str) -> str:
-        family = self._names.get(key)
-        if family is None:
-            family = f"{self._collector.namespace}_{sanitise(key)}"
-            if family == self._reserved:
-                family += "_value"
-            if len(self._names) >= 4 * self.max_series:
-                self._names.clear()
-            self._names[key] = family
-        return family
+    def counters(self) -> dict[str, float]:
+        """``series_dropped``, ``keys_collided`` and ``keys_escaped`` (see the class docstring)."""
+        return {
+            "series_dropped": float(self.series_dropped),
+            "keys_collided": float(self.keys_collided),
+            "keys_escaped": float(self.keys_escaped),
+        }
 
     async def _write(self, records: Sequence[Record]) -> None:
         collector = self._collector
+        labels = self._labels
+        all_routes = self._routes
         with collector.lock:
             for record in records:
-                prefix = record.name + "/"
-                cut = len(prefix)
+                name = record.name
+                label = labels.get(name)
+                if label is None:
+                    label = self._label(name)
+                if label != name:
+                    self.keys_escaped += 1
+                routes = all_routes.get(name)
+                if routes is None:
+                    routes = all_routes[name] = {}
                 for key, value in record.metrics.items():
-                    metric = key[cut:] if key.startswith(prefix) else key
-                    family = self._family(metric)
-                    series = collector.families.get(family)
-                    if series is None or record.name not in series:
-                        if not self._admit(family, record.name):
-                            continue
-                        if series is None:
-                            series = collector.families[family] = {}
-                            collector.help[family] = f"Latest value of stats() key {metric!r}."
-                    series[record.name] = value
-                collector.times[record.name] = record.time
+                    route = routes.get(key)
+                    if route is None:
+                        route = self._route(name, label, key, routes)
+                    if type(route) is dict:
+                        route[label] = value
+                    elif route is _CLASH:
+                        self.keys_collided += 1
+                    else:
+                        self.series_dropped += 1
+                collector.times[label] = record.time
 
-    def _admit(self, family: str, watch: str) -> bool:
-        if self._series < self.max_series:
-            self._series += 1
-            return True
-        self.series_dropped += 1
-        if self.series_dropped == 1:
-            log.warning(
-                "PrometheusSink %r: max_series=%d reached; new series such as %s{watch=%r} are not "
-                "exported (raise max_series or report fewer distinct metrics)",
-                self.label, self.max_series, family, watch,
-            )
-        return False
+    def _label(self, name: str) -> str:
+        """The ``watch`` label of a watch name: escaped when UTF-8 cannot encode it (a scrape must encode it)."""
+        if len(self._labels) >= 4 * self.max_series:
+            self._labels.clear()
+        label = self._labels[name] = escape(name) or name
+        return label
+
+    def _route(self, name: str, label: str, key: str, routes: dict[str, Any]) -> Any:
+        """Where the values of ``key`` of watch ``name`` go: a series (``{label: value}``), ``_CLASH`` or ``_OVER``.
+
+        The first key of a watch to give a family name owns that series for
+        good; another key of the same watch that sanitises to the same name
+        is a clash (its values are counted in ``keys_collided``, not written).
+        """
+        if self._routed > self.cache_bytes:  # keys that keep changing: the routes start afresh
+            self._routes.clear()
+            routes.clear()
+            self._routes[name] = routes
+            self._routed = 0
+        collector = self._collector
+        prefix = name + "/"
+        metric = key[len(prefix):] if key.startswith(prefix) else key
+        family = f"{collector.namespace}_{sanitise(metric)}"
+        if family == self._reserved:
+            family += "_value"
+        owner = self._claims.get((family, label))
+        route: Any
+        if owner is None:
+            if self._series < self.max_series:
+                self._series += 1
+                self._claims[(family, label)] = key
+                route = collector.families.get(family)
+                if route is None:
+                    route = collector.families[family] = {}
+                    collector.help[family] = f"Latest value of stats() key {metric!r}."
+            else:
+                route = _OVER
+                if not self.series_dropped:
+                    log.warning(
+                        "PrometheusSink %r: max_series=%d reached; new series such as %s{watch=%r} are not "
+                        "exported (raise max_series or report fewer distinct metrics)",
+                        self.label, self.max_series, family, label,
+                    )
+        elif owner == key:
+            route = collector.families[family]
+        else:
+            route = _CLASH
+            if not self.keys_collided:
+                log.warning(
+                    "PrometheusSink %r: keys %r and %r of watch %r both become the metric name %s; the "
+                    "first one's series is kept, values of the others are left out and counted in "
+                    "monitor.stats()['sink/%s/keys_collided'] (reported once per sink)",
+                    self.label, owner, key, label, family, self.label,
+                )
+        routes[key] = route
+        self._routed += sys.getsizeof(key) + 64
+        return route
 
     # --------------------------------------------------------------- lifecycle
     async def _open(self) -> None:

@@ -10,6 +10,8 @@ from typing import Any
 
 from monitor_async import Record, ThreadedSink
 
+from ._text import escape
+
 __all__ = ["TensorBoardSink"]
 
 _files = itertools.count()
@@ -32,6 +34,11 @@ class TensorBoardSink(ThreadedSink):
           and synced to disk: TensorBoard shows it on its next reload. While
           records keep coming, the file is also flushed every ``flush_secs``.
           ``close()`` flushes and closes the file.
+        - A key that UTF-8 cannot encode (a lone surrogate, ``"\\udcff"``)
+          becomes a tag with the escape as text (``\\udcff``), counted in
+          ``keys_escaped``; every other value of the record is written as
+          usual, so such a key never fails a batch. NUL and every other
+          character are valid in a tag and kept exactly.
         - Each sink writes its own file (``events.out.tfevents.<time>.<host>
           .<pid>.<n><filename_suffix>``), so sinks sharing a folder, or a
           sink reopened on it, never overwrite each other.
@@ -67,6 +74,7 @@ class TensorBoardSink(ThreadedSink):
         self.flush_secs = float(flush_secs)
         self.filename_suffix = filename_suffix
         self.name = name
+        self.keys_escaped = 0
         self._events: Any = None
         self._index: dict[str, int] = {}
         self._dirty = False
@@ -96,11 +104,28 @@ class TensorBoardSink(ThreadedSink):
         for r in records:
             n = index.get(r.name, 0)
             index[r.name] = n + 1
-            values = [value(tag=k, simple_value=v) for k, v in r.metrics.items()]
+            try:
+                values = [value(tag=k, simple_value=v) for k, v in r.metrics.items()]
+            except UnicodeEncodeError:  # a tag UTF-8 cannot encode: escaped, the record's other values as usual
+                values = self._escaped(r.metrics)
             write(event(wall_time=r.time, step=n if r.step is None else r.step, summary=summary(value=values)))
         self._dirty = True
         if time.monotonic() - self._flushed >= self.flush_secs:
             self.flush_blocking()
+
+    def _escaped(self, metrics: dict[str, float]) -> list[Any]:
+        """The summary values of ``metrics``, each tag UTF-8 cannot encode escaped (and counted)."""
+        values = []
+        for k, v in metrics.items():
+            tag = escape(k)
+            if tag is not None:
+                self.keys_escaped += 1
+            values.append(self._value(tag=k if tag is None else tag, simple_value=v))
+        return values
+
+    def counters(self) -> dict[str, float]:
+        """``keys_escaped``: values written under an escaped tag (read on the monitor's loop)."""
+        return {"keys_escaped": float(self.keys_escaped)}
 
     def flush_blocking(self) -> None:
         if self._dirty:
