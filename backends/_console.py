@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from monitor_async import Record, ThreadedSink
+from monitor_async.distributed import Ranks, check_ranks
 
 __all__ = ["ConsoleSink"]
 
@@ -77,6 +78,8 @@ class ConsoleSink(ThreadedSink):
           thread), never on the event loop, so a slow terminal never stalls
           polling. ``stream`` defaults to ``sys.stdout`` as it is at the first
           write. Constructing does no I/O and does not import rich.
+        - Ranks: by default (``ranks="main"``) only the main rank of a
+          distributed job prints; ``ranks="all"`` prints on every rank.
 
     Example:
         >>> import asyncio, io
@@ -103,7 +106,9 @@ class ConsoleSink(ThreadedSink):
         refresh: float = 0.5,
         live: bool | None = None,
         name: str | None = None,
+        ranks: Ranks = "main",
     ) -> None:
+        self.ranks = check_ranks(ranks, "ConsoleSink")
         if not (isinstance(min_interval, (int, float)) and min_interval >= 0):
             raise ValueError(f"ConsoleSink: min_interval must be a number of seconds >= 0, got {min_interval!r}")
         if not (isinstance(refresh, (int, float)) and refresh > 0):

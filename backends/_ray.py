@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import os
+import socket
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from monitor_async import BaseSink, Record
+from monitor_async.distributed import Ranks, Source, check_ranks
 
 try:
     import ray
@@ -86,6 +89,11 @@ class RaySink(BaseSink):
         - Ownership: only the handle that built the actor closes the hosted
           sink and ends the actor on ``close()``; copies and connected
           handles only flush on ``close()``. Close the owner last.
+        - Provenance: each record leaves this process with ``host``,
+          ``pid`` and ``node`` (the Ray node id) added to its ``source``
+          (fields it already has, such as ``rank``, are kept), so the
+          hosted sink can tell senders apart, even two Ray nodes on one
+          machine. ``ranks`` is this handle's (default ``"all"``).
         - Errors raised by the hosted sink come back from the awaited call
           (Ray wraps them so they are also instances of the original
           exception type); an actor that cannot build its sink raises a
@@ -119,8 +127,11 @@ class RaySink(BaseSink):
         sink_cls: Callable[..., Any],
         *args: Any,
         actor_options: Mapping[str, Any] | None = None,
+        ranks: Ranks = "all",
         **kwargs: Any,
     ) -> None:
+        self.ranks = check_ranks(ranks, "RaySink")
+        self._stamps: dict[Source, Source] = {}
         if not callable(sink_cls):
             raise TypeError(f"RaySink: sink_cls must be a sink class or factory, got {sink_cls!r}")
         options = {"num_cpus": 0, **(actor_options or {})}
@@ -154,6 +165,8 @@ class RaySink(BaseSink):
     def _from_handle(cls, actor: Any, name: str) -> RaySink:
         sink = cls.__new__(cls)
         sink.name = name
+        sink.ranks = "all"
+        sink._stamps = {}
         sink._actor = actor
         sink._owner = False
         return sink
@@ -190,7 +203,25 @@ class RaySink(BaseSink):
         await self._remote("ready")
 
     async def _write(self, records: Sequence[Record]) -> None:
-        await self._remote("write", list(records))
+        await self._remote("write", self._stamp(records))
+
+    def _stamp(self, records: Sequence[Record]) -> list[Record]:
+        """The records with this sender (host, pid, Ray node id) added to their source; one Source per source."""
+        stamps = self._stamps
+        out = []
+        for r in records:
+            source = stamps.get(r.source)  # type: ignore[call-overload]
+            if source is None:
+                if len(stamps) >= 1024:  # sources that keep changing: stay bounded
+                    stamps.clear()
+                if not stamps:  # first use in this process (a handle may have been pickled over)
+                    self._sender = {
+                        "host": socket.gethostname(), "pid": os.getpid(),
+                        "node": ray.get_runtime_context().get_node_id(),
+                    }
+                source = stamps[r.source] = Source({**self._sender, **r.source})  # type: ignore[index]
+            out.append(Record(r.name, r.step, r.time, r.metrics, source))
+        return out
 
     async def flush(self) -> None:
         """Flushes the hosted sink (also when this handle wrote nothing: others may have)."""
