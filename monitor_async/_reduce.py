@@ -22,10 +22,12 @@ counted, so clocks that differ between hosts do not matter.
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import math
 import threading
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from time import monotonic
@@ -205,6 +207,22 @@ class StoreBoard(Board):
         self._known: list[str] = []
         self._pool = WorkerPool(1, f"monitor-async-publish-{watch}")
         self._warned = False
+        self._closed = False
+        self._idle = threading.Event()
+        self._idle.set()
+        _boards.add(self)
+
+    def close(self, wait: float = 1.0) -> None:
+        """Stops publishing and lets go of the store connections, after a write in flight (``wait`` s at most).
+
+        Run at interpreter exit: a store connection destroyed while a daemon
+        thread still writes through it aborts the process.
+        """
+        with self._lock:
+            self._closed = True
+            self._pending.clear()
+        if self._idle.wait(wait):
+            self._writer = self._reader = None
 
     def _client(self) -> Any:
         """A connection of our own to the job's store (``clone()``), so the program's own use is untouched."""
@@ -219,10 +237,13 @@ class StoreBoard(Board):
     def publish(self, member: int, seq: int, values: dict[str, float]) -> None:
         blob = json.dumps({"s": seq, "v": values}, separators=(",", ":")).encode()
         with self._lock:
+            if self._closed:
+                return
             self._pending[f"{self._prefix}{member}"] = blob
             if self._sending:
                 return
             self._sending = True
+            self._idle.clear()
         self._pool.submit(self._send)
 
     def _send(self) -> None:
@@ -231,6 +252,7 @@ class StoreBoard(Board):
                 pending, self._pending = self._pending, {}
                 if not pending:
                     self._sending = False
+                    self._idle.set()
                     return
             try:
                 if self._writer is None:
@@ -261,6 +283,15 @@ class StoreBoard(Board):
             data = json.loads(bytes(blob))
             out[int(key[len(prefix):])] = (int(data["s"]), data["v"])
         return out
+
+
+_boards: weakref.WeakSet[StoreBoard] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_boards() -> None:
+    for board in list(_boards):
+        board.close()
 
 
 class _BoardActor:

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from monitor_async import ConfigError, Monitor
+from monitor_async._reduce import reduce_values
 from monitor_async.backends import MemorySink
 from monitor_async.distributed import Reduce, World
-from monitor_async._reduce import reduce_values
 
 
 class Worker:
@@ -111,7 +111,7 @@ def test_bad_reductions_are_refused_naming_the_watch() -> None:
         monitor.watch(Worker(0, 0), name="learner", reduce={})
     with pytest.raises(ConfigError, match="stale must be"):
         Reduce({"loss": "mean"}, stale=0)
-    with pytest.raises(ConfigError, match="needs torch.distributed"):
+    with pytest.raises(ConfigError, match=r"needs torch\.distributed"):
         Monitor(world=World(rank=0, world_size=2)).watch(Worker(0, 0), name="x", reduce={"loss": "mean"})
     monitor.watch(Worker(0, 0), name="learner", reduce={"loss": "mean"})
     with pytest.raises(ConfigError, match="already registered"):
