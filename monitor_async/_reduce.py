@@ -472,9 +472,13 @@ def watch_reduced(
             added.append(monitor.watch(target, name=base, _publish=publisher(board, world.rank, spec), **options))
             count = "ranks"
         if group or world.main:
+            # the member's step key, when it is reduced by one reduction (samples: sum), steps "/all" too
+            step = options.get("step")
+            outputs = {key: out for key, _, out in spec.metrics() if isinstance(spec.keys[key], str)}
             added.append(monitor.watch(
                 Reduction(board, spec, stale, count),
                 name=f"{base}/all",
+                step=outputs.get(step) if step is not None else None,
                 poll_interval=interval,
                 offload="thread" if board.blocking else "inline",
                 log_on_start=options.get("log_on_start", True),
