@@ -199,6 +199,8 @@ class StoreBoard(Board):
         self._base = store
         self._prefix = f"monitor_async/{watch}/"
         self._size = world.world_size
+        self._rank = world.rank if world.main else -1  # the reader's own snapshot stays in memory
+        self._own: tuple[int, dict[str, float]] | None = None
         self._lock = threading.Lock()
         self._pending: dict[str, bytes] = {}
         self._sending = False
@@ -235,6 +237,9 @@ class StoreBoard(Board):
         return self._base
 
     def publish(self, member: int, seq: int, values: dict[str, float]) -> None:
+        if member == self._rank:
+            self._own = (seq, values)
+            return
         blob = json.dumps({"s": seq, "v": values}, separators=(",", ":")).encode()
         with self._lock:
             if self._closed:
@@ -269,16 +274,18 @@ class StoreBoard(Board):
             self._reader = self._client()
         store = self._reader
         prefix = self._prefix
-        if len(self._known) < self._size:
+        out: dict[int, tuple[int, dict[str, float]]] = {}
+        if self._own is not None:
+            out[self._rank] = self._own
+        if len(self._known) < self._size - 1:
             known = set(self._known)
             self._known = [
                 f"{prefix}{r}" for r in range(self._size)
-                if f"{prefix}{r}" in known or store.check([f"{prefix}{r}"])
+                if r != self._rank and (f"{prefix}{r}" in known or store.check([f"{prefix}{r}"]))
             ]
         if not self._known:
-            return {}
+            return out
         blobs = store.multi_get(self._known)
-        out: dict[int, tuple[int, dict[str, float]]] = {}
         for key, blob in zip(self._known, blobs, strict=True):
             data = json.loads(bytes(blob))
             out[int(key[len(prefix):])] = (int(data["s"]), data["v"])

@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("torch.distributed")
 
-from benchmarks import bench_distributed  # noqa: E402
+from benchmarks import bench_distributed
 
 
 def test_reduce_scenario_measures_the_main_ranks_cpu_with_and_without() -> None:
