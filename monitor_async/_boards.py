@@ -219,7 +219,10 @@ class _BoardActor:
 
 
 class RayBoard(Board):
-    """A named Ray actor of the job (``monitor_async/<watch>``), created by whichever rank comes first.
+    """A named, detached Ray actor (``monitor_async/<job id>/<watch>``), created by whichever rank comes first.
+
+    Detached so that the rank which happened to create it can exit without
+    taking it from the others; it ends with the cluster (or ``ray.kill``).
 
     Publishing is a fire-and-forget actor call; reading is one awaited call.
     """
@@ -228,8 +231,10 @@ class RayBoard(Board):
         import ray
 
         cls = ray.remote(num_cpus=0)(_BoardActor)
+        # detached, so that no rank's exit takes it away from the others; named per Ray job
+        job = ray.get_runtime_context().get_job_id()
         self._actor: Any = cls.options(
-            name=f"monitor_async/{watch}", get_if_exists=True, lifetime="detached"
+            name=f"monitor_async/{job}/{watch}", get_if_exists=True, lifetime="detached"
         ).remote()
 
     def publish(self, member: int, seq: int, values: dict[str, float]) -> None:

@@ -77,6 +77,11 @@ class Monitor:
           dropped), both with a warning.
         - The monitor never closes targets, and closes sinks only when built
           with ``close_sinks=True``.
+        - In a distributed job (``world=`` or :func:`monitor_async.distributed.world`),
+          a sink built with ``ranks="main"`` is left out on every rank but
+          rank 0 (never opened there), each record's ``source`` holds the
+          rank, and the monitor never calls a collective or waits for another
+          rank (see ``watch(reduce=...)``).
 
     Example:
         >>> import asyncio
