@@ -27,7 +27,7 @@ class Terminal:
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "TERM": "xterm-256color"}
         env.pop("COLUMNS", None)
         env.pop("LINES", None)
-        self.proc = subprocess.Popen(  # noqa: S603 - our own CLI
+        self.proc = subprocess.Popen(
             list(command), stdin=slave, stdout=slave, stderr=subprocess.PIPE, env=env, close_fds=True,
             **popen,  # type: ignore[call-overload]
         )
@@ -69,13 +69,12 @@ class Terminal:
         raise AssertionError(f"{needle!r} did not show within {timeout}s; the screen got:\n{self.text()[-3000:]}")
 
     def finish(self, timeout: float = 30.0) -> tuple[int, str]:
-        """Waits for the program to exit; returns its exit code and its stderr."""
+        """Waits for the program to exit (kills it after ``timeout``); returns its exit code and its stderr."""
         try:
             _, stderr = self.proc.communicate(timeout=timeout)
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-                self.proc.wait()
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            _, stderr = self.proc.communicate()
         self._reader.join(timeout=5)
         os.close(self._master)
         return self.proc.returncode, stderr.decode("utf-8", "replace")

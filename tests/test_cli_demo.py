@@ -90,7 +90,7 @@ def test_demo_writes_csv_jsonl_and_tensorboard_and_prints_commands_that_work(tmp
 
 
 def test_with_only_the_core_and_rich_the_demo_runs_and_says_what_to_install(tmp_path: Path) -> None:
-    block = "import sys; sys.modules.update(dict.fromkeys(%r)); " % OPTIONAL
+    block = f"import sys; sys.modules.update(dict.fromkeys({OPTIONAL!r})); "
     out = subprocess.run(
         [sys.executable, "-c", block + "from monitor_async._cli import main; sys.exit(main(sys.argv[1:]))",
          "demo", "--seconds", "2", "--logdir", str(tmp_path)],
