@@ -10,17 +10,26 @@ from typing import Any, TextIO
 
 from monitor_async import Record, ThreadedSink
 
-from ._table import WatchTable, eng, short, split_rates
+from ._table import WatchTable, eng, is_monitor, monitor_items, short, split_rates
 
 __all__ = ["ConsoleSink"]
 
 
 def line(record: Record) -> str:
-    """One compact line: ``HH:MM:SS name [step=N] metric=value ... rate/s=value``, numbers as :func:`eng` writes them."""
-    parts = [time.strftime("%H:%M:%S", time.localtime(record.time)), record.name]
+    """One compact line: ``HH:MM:SS name [step=N] metric=value ... rate/s=value``, numbers as :func:`eng` writes them.
+
+    A monitor watching itself gets its one-line summary instead:
+    ``HH:MM:SS monitor: polls 309 · records 222 · dropped 0 · errors 0``.
+    """
+    clock = time.strftime("%H:%M:%S", time.localtime(record.time))
+    metrics = short(record)
+    if is_monitor(metrics):
+        items, _ = monitor_items(metrics)
+        return f"{clock} {record.name}: {' · '.join(items)}".replace("\n", "\\n")
+    parts = [clock, record.name]
     if record.step is not None:
         parts.append(f"step={record.step}")
-    values, lone = split_rates(short(record))
+    values, lone = split_rates(metrics)
     parts.extend(f"{m}={eng(v)}" for m, v, _ in values)
     parts.extend(f"{m}/s={eng(r)}" for m, _, r in values if r is not None)
     parts.extend(f"{m}/s={eng(r)}" for m, r in lone)
@@ -50,7 +59,8 @@ class ConsoleSink(ThreadedSink):
           When rows do not fit, each is cut to fewer lines before watches
           are left out, and those are named under the table.
         - Line mode (anything else, or ``live=False``): one compact line per
-          record (numbers in engineering notation: ``frames/s=88.6k``), at
+          record (numbers in engineering notation: ``frames/s=88.6k``; a
+          monitor watching itself as its summary line), at
           most one line per watch every ``min_interval`` seconds;
           records in between are skipped, and ``flush()`` (called by
           ``monitor.stop()``) prints each watch's latest record not yet

@@ -53,6 +53,10 @@ async def test_line_mode_prints_one_compact_line_per_record() -> None:
     ]
     big = Record(name="c", step=None, time=0.0, metrics={"c/frames": 1_234_567.0, "c/frames_per_second": 88_612.5})
     assert line(big).split()[1:] == ["c", "frames=1.23M", "frames/s=88.6k"], "engineering notation, no 8.862e+04"
+    own = {"polls": 309.0, "records": 222.0, "values_dropped": 62.0, "watches": 5.0, "polls_failed": 0.0,
+           "sink/csv/written": 215.0, "sink/csv/dropped": 0.0, "sink/csv/errors": 0.0}
+    monitor = Record(name="monitor", step=None, time=0.0, metrics={f"monitor/{k}": v for k, v in own.items()})
+    assert line(monitor).split(" ", 1)[1] == "monitor: polls 309 · records 222 · dropped 0 · errors 0 · 62 values left out"
     assert "\x1b[" not in out.getvalue(), "no terminal codes on a non-terminal stream"
 
 
