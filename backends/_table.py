@@ -30,7 +30,7 @@ from typing import Any
 
 from monitor_async import Record
 
-__all__ = ["WIDE", "WIDER", "WatchTable", "age", "eng", "is_monitor", "split_rates"]
+__all__ = ["WIDE", "WIDER", "WatchTable", "age", "count", "eng", "is_monitor", "split_rates"]
 
 RATE = "_per_second"
 RATE_OF = {"writes": "write_count", "samples": "sample_calls"}
@@ -79,6 +79,25 @@ def eng(value: float) -> str:
         if "e" not in text:
             return text + _SUFFIXES[p]
     return f"{value:.3g}"
+
+
+def count(n: int, noun: str) -> str:
+    """``n`` and ``noun``, plural unless ``n`` is 1: ``1 watch``, ``5 watches``, ``0 records``.
+
+    Args:
+        n: how many.
+        noun: the singular noun (``"watch"`` makes ``"watches"``).
+
+    Returns:
+        The text.
+
+    Example:
+        >>> count(1, "watch"), count(5, "watch"), count(0, "record")
+        ('1 watch', '5 watches', '0 records')
+    """
+    if n == 1:
+        return f"1 {noun}"
+    return f"{n} {noun}{'es' if noun.endswith(('s', 'sh', 'ch', 'x')) else 's'}"
 
 
 def age(seconds: float) -> str:
@@ -342,9 +361,9 @@ class WatchTable:
         for lines, wrong in notes:
             caption.append("\n".join(lines) + "\n", style="bold red" if wrong else "")
         if left_out:
-            caption.append(_fit(f"+{len(left_out)} more watches: {', '.join(left_out)}", width) + "\n", style="yellow")
+            caption.append(_fit(f"+{count(len(left_out), 'more watch')}: {', '.join(left_out)}", width) + "\n", style="yellow")
         caption.rstrip()
-        title = f"{self.title} · {len(rows)} watches · {time.strftime('%H:%M:%S', time.localtime(now))}"
+        title = f"{self.title} · {count(len(rows), 'watch')} · {time.strftime('%H:%M:%S', time.localtime(now))}"
         table = Table(
             title=Text(_fit(title, width), style="bold"),
             title_justify="left",

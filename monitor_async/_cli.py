@@ -13,6 +13,7 @@ from pathlib import Path
 
 from . import __version__
 from ._exceptions import RunNotFoundError
+from .backends._table import count
 
 RUN_HELP = "a run's folder (holding the metrics.jsonl or metrics.csv the sinks wrote), or one such file"
 
@@ -114,7 +115,7 @@ def _run(args: argparse.Namespace) -> int:
         else:
             with open(args.wide, "w", newline="", encoding="utf-8") as out:
                 rows = write_wide(run.records, out)
-            print(f"wrote {args.wide}: {rows} rows of {len(run.watches())} watches")
+            print(f"wrote {args.wide}: {count(rows, 'row')} of {count(len(run.watches()), 'watch')}")
         return 0
     from ._plot import plot_run
 
@@ -128,7 +129,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"monitor-async plot: {exc}", file=sys.stderr)
         return 1
     watches = len({p.watch for p in result.panels})
-    print(f"wrote {result.path}: {len(result.panels)} panels of {watches} watches")
+    print(f"wrote {result.path}: {count(len(result.panels), 'panel')} of {count(watches, 'watch')}")
     if result.constant:
         print(f"not drawn, never changed (--all draws them): {', '.join(result.constant)}")
     return 0

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from ._record import Record
 from ._runs import Run
-from .backends._table import RATE, eng, split_rates
+from .backends._table import RATE, count, eng, split_rates
 
 __all__ = ["describe", "duration"]
 
@@ -48,7 +48,7 @@ def _watch(name: str, records: Sequence[Record]) -> list[str]:
             first.setdefault(metric, value)
             last[metric] = value
     steps = [r.step for r in records if r.step is not None]
-    head = [f"{len(records)} record{'s' if len(records) != 1 else ''}"]
+    head = [count(len(records), "record")]
     if steps:
         head.append(f"step {steps[0]} → {steps[-1]}")
     head.append(f"{_clock(records[0].time)} → {_clock(records[-1].time)}")
@@ -90,17 +90,17 @@ def describe(run: Run) -> list[str]:
     files = ", ".join(f.name for f in run.files)
     lines = [f"run: {run.path}  ({files})"]
     if not run.records:
-        lines.append("no records yet" + (f" ({run.skipped} unreadable lines skipped)" if run.skipped else ""))
+        lines.append("no records yet" + (f" ({count(run.skipped, 'unreadable line')} skipped)" if run.skipped else ""))
         return lines
     watches = run.watches()
     metrics = {k for r in run.records for k in r.metrics}
     start, end = run.records[0].time, run.records[-1].time
     summary = (
-        f"{len(watches)} watches · {len(metrics)} metrics · {len(run.records)} records · "
+        f"{count(len(watches), 'watch')} · {count(len(metrics), 'metric')} · {count(len(run.records), 'record')} · "
         f"{_clock(start, date=True)} → {_clock(end)} ({duration(end - start)})"
     )
     if run.skipped:
-        summary += f" · {run.skipped} unreadable lines skipped"
+        summary += f" · {count(run.skipped, 'unreadable line')} skipped"
     lines.append(summary)
     for name, records in watches.items():
         lines.append("")

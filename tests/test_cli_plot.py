@@ -92,11 +92,11 @@ def test_metric_globs_and_all(run_dir: Path, tmp_path: Path) -> None:
     png = tmp_path / "loss.png"
     out = cli("plot", str(run_dir), "-o", str(png), "--metric", "*loss*")
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == f"wrote {png}: 1 panels of 1 watches"
+    assert out.stdout.strip() == f"wrote {png}: 1 panel of 1 watch"
     assert imread(png).shape[1] == 400
     out = cli("plot", str(run_dir), "-o", str(png), "--metric", "replay_buffer/*", "--all")
     assert out.returncode == 0 and "not drawn" not in out.stdout
-    assert out.stdout.startswith(f"wrote {png}: 8 panels of 1 watches")
+    assert out.stdout.startswith(f"wrote {png}: 8 panels of 1 watch")
 
 
 def test_default_output_is_in_the_run(run_dir: Path) -> None:
