@@ -145,7 +145,7 @@ def figure(run: Run, *, constant: bool = False, dpi: int = 100) -> tuple[Any, li
         from matplotlib.figure import Figure
     except ImportError as exc:
         raise ImportError(
-            "monitor-async plot needs matplotlib: pip install matplotlib (or the extra: monitor-async[plot])"
+            "plotting needs matplotlib, which is not installed: pip install matplotlib (or the extra: monitor-async[plot])"
         ) from exc
     if not run.records:
         raise ValueError(f"no records in {run.path} yet: nothing to plot")

@@ -113,6 +113,6 @@ def test_without_matplotlib_the_message_says_what_to_install(run_dir: Path) -> N
     )
     assert out.returncode == 1
     assert out.stderr.strip() == (
-        "monitor-async plot: monitor-async plot needs matplotlib: pip install matplotlib "
+        "monitor-async plot: plotting needs matplotlib, which is not installed: pip install matplotlib "
         "(or the extra: monitor-async[plot])"
     )
