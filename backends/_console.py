@@ -81,6 +81,10 @@ class ConsoleSink(ThreadedSink):
         title: live mode: the table's title (before its watch count and clock).
         name: the sink's label in ``Monitor.stats()``.
 
+    Attributes:
+        table: the live table (a ``WatchTable``): the latest record of every
+            watch, laid out for the console at each redraw.
+
     Raises:
         ValueError: ``min_interval`` or ``refresh`` out of range.
         ImportError: ``live=True`` without rich installed.

@@ -16,13 +16,12 @@ width and height rich gives it at each redraw:
   each row is cut to fewer lines (``+N more``), and only then are watches
   left out, named in the caption (the monitor's own row stays).
 
-rich is imported only when a table is drawn, so :func:`eng` and
-:func:`age` cost nothing where rich is absent.
+rich is imported only when a table is drawn; numbers are written by
+:mod:`._numbers`.
 """
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -30,7 +29,9 @@ from typing import Any
 
 from monitor_async import Record
 
-__all__ = ["WIDE", "WIDER", "WatchTable", "age", "count", "eng", "is_monitor", "split_rates"]
+from ._numbers import age, count, eng
+
+__all__ = ["WIDE", "WIDER", "WatchTable", "age", "count", "eng", "is_monitor", "monitor_items", "short", "split_rates"]
 
 RATE = "_per_second"
 RATE_OF = {"writes": "write_count", "samples": "sample_calls"}
@@ -40,88 +41,22 @@ WIDE = 110
 """From this many columns on, rates have a column of their own."""
 WIDER = 150
 """From this many columns on, each watch's clock time and record count are shown too."""
-_SUFFIXES = ("", "k", "M", "G", "T", "P", "E")
 _CHROME = 5  # title, top border, header, header rule, bottom border
 
 
-def eng(value: float) -> str:
-    """``value`` with three significant digits and an SI suffix (``k``, ``M``, ``G``...).
-
-    Whole numbers below 1000 print exactly; other numbers below 1000 keep
-    three significant digits; magnitudes under 0.001 use an exponent.
-
-    Args:
-        value: the number to show.
-
-    Returns:
-        The text, at most 8 characters for any finite value below 1e21.
-
-    Example:
-        >>> [eng(v) for v in (300, 7.25, 88612.0, 1234567, 0.01234, -2500, 0.0, 999.99, 2e-5)]
-        ['300', '7.25', '88.6k', '1.23M', '0.0123', '-2.5k', '0', '1k', '2.00e-05']
-    """
-    if not math.isfinite(value):
-        return str(value)
-    mag = abs(value)
-    if mag < 1000:
-        if value == int(value):
-            return str(int(value))
-        if mag < 0.001:
-            return f"{value:.2e}"
-        text = f"{value:.3g}"
-        if "e" not in text:
-            return text
-    power = max(1, int(math.log10(mag) // 3))
-    for p in (power, power + 1):
-        if p >= len(_SUFFIXES):
-            break
-        text = f"{value / 1000.0**p:.3g}"
-        if "e" not in text:
-            return text + _SUFFIXES[p]
-    return f"{value:.3g}"
-
-
-def count(n: int, noun: str) -> str:
-    """``n`` and ``noun``, plural unless ``n`` is 1: ``1 watch``, ``5 watches``, ``0 records``.
-
-    Args:
-        n: how many.
-        noun: the singular noun (``"watch"`` makes ``"watches"``).
-
-    Returns:
-        The text.
-
-    Example:
-        >>> count(1, "watch"), count(5, "watch"), count(0, "record")
-        ('1 watch', '5 watches', '0 records')
-    """
-    if n == 1:
-        return f"1 {noun}"
-    return f"{n} {noun}{'es' if noun.endswith(('s', 'sh', 'ch', 'x')) else 's'}"
-
-
-def age(seconds: float) -> str:
-    """How long ago, in one unit: ``4s``, ``12m``, ``3h``, ``2d`` (``99d+`` past that).
-
-    Args:
-        seconds: the age; a negative one (clocks of two machines apart) shows as ``0s``.
-
-    Returns:
-        The text, at most 4 characters.
-
-    Example:
-        >>> [age(s) for s in (-1, 4.7, 750, 3 * 3600, 2 * 86400, 1e9)]
-        ['0s', '4s', '12m', '3h', '2d', '99d+']
-    """
-    s = max(0.0, seconds)
-    for unit, size, limit in (("s", 1, 60), ("m", 60, 3600), ("h", 3600, 86400), ("d", 86400, 100 * 86400)):
-        if s < limit:
-            return f"{int(s // size)}{unit}"
-    return "99d+"
-
-
 def short(record: Record) -> dict[str, float]:
-    """The record's metrics without the ``"<name>/"`` prefix of their keys."""
+    """The record's metrics without the ``"<name>/"`` prefix of their keys.
+
+    Args:
+        record: the record.
+
+    Returns:
+        ``{metric: value}``; a key without the prefix is kept whole.
+
+    Example:
+        >>> short(Record("rb", None, 0.0, {"rb/size": 3.0}))
+        {'size': 3.0}
+    """
     cut = len(record.name) + 1
     prefix = record.name + "/"
     return {(k[cut:] if k.startswith(prefix) else k): v for k, v in record.metrics.items()}
@@ -162,7 +97,22 @@ def split_rates(metrics: Mapping[str, float]) -> tuple[list[tuple[str, float, fl
 
 
 def monitor_items(metrics: Mapping[str, float]) -> tuple[list[str], bool]:
-    """A monitor's counters as short phrases, and whether something is wrong (drops or errors)."""
+    """A monitor's counters as short phrases, and whether something is wrong (drops or errors).
+
+    Args:
+        metrics: a monitor's short metrics (see :func:`is_monitor`).
+
+    Returns:
+        ``(phrases, wrong)``: ``polls``, ``records``, ``dropped`` (all sinks),
+        ``errors`` (failed polls and sink errors), then missed polls and
+        values left out when there are any, then each sink that dropped
+        records or failed, by its label.
+
+    Example:
+        >>> monitor_items({"polls": 9.0, "records": 7.0, "values_dropped": 0.0, "watches": 2.0,
+        ...                "sink/csv/dropped": 2.0})
+        (['polls 9', 'records 7', 'dropped 2', 'errors 0', 'csv: 2 dropped'], True)
+    """
     sinks: dict[str, dict[str, float]] = {}
     for key, value in metrics.items():
         if key.startswith("sink/") and key.count("/") >= 2:

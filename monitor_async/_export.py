@@ -17,6 +17,13 @@ def wide_rows(records: Iterable[Record]) -> tuple[list[str], list[dict[str, floa
     Records of one watch with the same step (or, without a step, the same
     time) become one row; a later record's values win, and the row keeps the
     later time.
+
+    Args:
+        records: the run's records, in time order.
+
+    Returns:
+        ``(metric_columns, rows)``; each row maps ``watch``, ``step``, ``time``
+        and metric keys to values.
     """
     columns: dict[str, dict[str, None]] = {}
     rows: dict[tuple[str, object], dict[str, float | int | str]] = {}
