@@ -8,6 +8,7 @@ torch's, the freeze is SIGSTOP and the death SIGKILL.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -114,6 +115,25 @@ def _share(times: list[float], start: float, end: float) -> float:
     return len({int((t - start) // INTERVAL) for t in inside}) / slots
 
 
+def _longest_gap(times: list[float], start: float, end: float) -> float:
+    """The longest time without a poll in [start, end)."""
+    inside = [start, *(t for t in times if start <= t < end), end]
+    return max(b - a for a, b in itertools.pairwise(inside))
+
+
+def _kept_cadence(times: list[float], start: float, end: float, frozen: float) -> None:
+    """The rank polled on through the other's freeze and death.
+
+    A monitor that waited for the frozen rank would go at least ``frozen``
+    seconds without a poll; a busy machine (this suite shares two cores)
+    only makes polls a little late, so the share of slots is held loosely.
+    """
+    gap = _longest_gap(times, start, end)
+    assert gap < frozen / 2, f"no poll for {gap:.2f} s while the other rank was frozen for {frozen} s"
+    share = _share(times, start, end)
+    assert share >= 0.75, f"kept only {share:.2f} of its slots"
+
+
 def test_two_ranks_reduce_through_the_store_and_keep_the_tracker_on_the_main_rank(
     job: Callable[[int], Job], tmp_path: Path,
 ) -> None:
@@ -158,8 +178,7 @@ def test_a_frozen_then_killed_rank_delays_no_other_rank(job: Callable[[int], Job
     four.stop([0, 1, 3])
     for rank in (0, 1, 3):
         data = four.times(rank)
-        share = _share(data["times"], frozen_at, ended_at)
-        assert share >= 0.9, f"rank {rank} kept only {share:.2f} of its slots while rank 2 hung and died"
+        _kept_cadence(data["times"], frozen_at, ended_at, frozen=ended_at - frozen_at - 1.0)
         assert data["stop_seconds"] < 10
 
 
@@ -176,6 +195,6 @@ def test_the_store_host_frozen_and_killed_delays_no_other_rank(job: Callable[[in
     ended_at = time.monotonic()
     two.stop([1])
     data = two.times(1)
-    assert _share(data["times"], frozen_at, ended_at) >= 0.9
+    _kept_cadence(data["times"], frozen_at, ended_at, frozen=1.5)
     assert data["stop_seconds"] < 10
     assert len(two.records(1)) >= 0.9 * (ended_at - frozen_at) / INTERVAL, "rank 1 stopped writing"
