@@ -12,6 +12,7 @@ re-exports; each concept lives in a private module of its own.
 
 from ._exceptions import (
     ConfigError,
+    DeliveryError,
     MonitorClosedError,
     MonitorError,
     PollError,
@@ -34,6 +35,7 @@ from ._version import __version__
 __all__ = [
     "BaseSink",
     "ConfigError",
+    "DeliveryError",
     "Every",
     "LoggerMonitor",
     "LoggerSink",
