@@ -291,7 +291,7 @@ class MLflowSink(ResilientSink):
         """Numbers step-less records per watch, then cuts the batch into parts of at most 1000 metrics."""
         parts: list[list[Record]] = []
         part: list[Record] = []
-        size = 0
+        room = MAX_METRICS_PER_BATCH
         index = self._index
         for record in records:
             n = index.get(record.name, 0)
@@ -299,14 +299,20 @@ class MLflowSink(ResilientSink):
             if record.step is None:
                 record = dataclasses.replace(record, step=n)
             items = list(record.metrics.items())
-            for start in range(0, max(len(items), 1), MAX_METRICS_PER_BATCH):
-                chunk = items[start : start + MAX_METRICS_PER_BATCH]
-                piece = record if len(chunk) == len(items) else dataclasses.replace(record, metrics=dict(chunk))
-                if size + len(chunk) > MAX_METRICS_PER_BATCH and part:
-                    parts.append(part)
-                    part, size = [], 0
-                part.append(piece)
-                size += len(chunk)
+            if len(items) <= room:
+                part.append(record)
+                room -= len(items)
+            else:  # a record larger than what is left: its metrics fill this part and the next ones
+                while items:
+                    chunk, items = items[:room], items[room:]
+                    part.append(dataclasses.replace(record, metrics=dict(chunk)))
+                    room -= len(chunk)
+                    if room == 0 and items:
+                        parts.append(part)
+                        part, room = [], MAX_METRICS_PER_BATCH
+            if room == 0:
+                parts.append(part)
+                part, room = [], MAX_METRICS_PER_BATCH
         if part:
             parts.append(part)
         return parts

@@ -244,6 +244,8 @@ class OTLPSink(ResilientSink):
         _exporting.on = True
         try:
             result = exporter.export(self.metrics_data(records))
+        except _Attempt:  # exporter versions that let the session's exception through
+            result = MetricExportResult.FAILURE
         finally:
             _exporting.on = False
         if result is not MetricExportResult.SUCCESS:

@@ -16,10 +16,11 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any, TypeVar
 
-from monitor_async import ConfigError, Record, ThreadedSink
+from monitor_async import BaseSink, ConfigError, DeliveryError, Record, ThreadedSink
 
 from ._delivery import Backoff, Failure, classify
 from ._spool import Batch, Spool
@@ -30,6 +31,8 @@ log = logging.getLogger("monitor_async")
 
 DEFAULT_SPOOL_BYTES = 64 << 20
 """64 MiB: the default bound of a sink's spool."""
+
+T = TypeVar("T")
 
 
 class _Ack:
@@ -73,7 +76,7 @@ class _Ack:
             self.waiting = False
 
 
-class ResilientSink(ThreadedSink):
+class ResilientSink(BaseSink):
     """The base of sinks that deliver over a network: retries, a disk spool, replay, at-least-once.
 
     Guarantees:
@@ -118,7 +121,8 @@ class ResilientSink(ThreadedSink):
           acknowledged).
 
     For sink authors: implement ``send_blocking(records, destination)``,
-    which runs on the sink's worker thread one call at a time and raises on
+    which runs on the sink's worker thread (a daemon thread of its own, one
+    call at a time, as in :class:`~monitor_async.ThreadedSink`) and raises on
     failure (a :class:`~monitor_async.DeliveryError`, or the client's own
     errors: see :func:`~monitor_async.backends.classify`), or override the
     coroutine :meth:`send` for an async client. Optional hooks:
@@ -195,25 +199,43 @@ class ResilientSink(ThreadedSink):
         self._failures = 0
         self._refusing = False
         self._full = False
+        self._worker = ThreadedSink()  # only its worker thread is used: blocking hooks run there, in order
         self.retries = self.spooled = self.replayed = self.spool_dropped = 0
         self.rejected = self.duplicates = self.delivered = 0
 
     # ---------------------------------------------------------------- hooks
-    async def connect(self) -> None:
+    async def run_blocking(self, fn: Callable[..., T], *args: Any) -> T:
+        """Runs ``fn(*args)`` on this sink's worker thread (one call at a time, in order); returns its result."""
+        self._worker.name = self.label
+        return await self._worker.call(fn, *args)
+
+    async def open_client(self) -> None:
         """Sets the client up when the sink opens (default: ``open_blocking`` on the worker thread)."""
-        await self.call(self.open_blocking)
+        await self.run_blocking(self.open_blocking)
 
     async def send(self, records: Sequence[Record], destination: str | None) -> None:
         """Sends one batch; returns once the server acknowledged it (default: ``send_blocking`` on the worker thread)."""
-        await self.call(self.send_blocking, records, destination)
+        await self.run_blocking(self.send_blocking, records, destination)
+
+    async def close_client(self) -> None:
+        """Releases the client when the sink closes (default: ``close_blocking`` on the worker thread)."""
+        await self.run_blocking(self.close_blocking)
+
+    def open_blocking(self) -> None:
+        """Builds the client, on the worker thread; must not need the server (it may be away)."""
+        return None
 
     def send_blocking(self, records: Sequence[Record], destination: str | None) -> None:
         """Sends one batch from the worker thread; raises on failure. Subclasses implement it (or :meth:`send`)."""
         raise NotImplementedError(f"{type(self).__name__} must implement send_blocking() or send()")
 
-    async def disconnect(self) -> None:
-        """Releases the client when the sink closes (default: ``close_blocking`` on the worker thread)."""
-        await self.call(self.close_blocking)
+    def flush_blocking(self) -> None:
+        """Called by ``flush()`` once the spool is settled, on the worker thread (default: nothing)."""
+        return None
+
+    def close_blocking(self) -> None:
+        """Releases the client, on the worker thread, after the delivery task stopped (default: nothing)."""
+        return None
 
     def destination(self) -> str | None:
         """A string kept with each batch written now and handed back to :meth:`send` (default ``None``).
@@ -266,7 +288,7 @@ class ResilientSink(ThreadedSink):
                     "sink %r: %d records that an earlier run left in the spool at %s go out first",
                     self.label, spool.records, spool.path,
                 )
-        await self.connect()
+        await self.open_client()
         self._wake()
 
     async def _write(self, records: Sequence[Record]) -> None:
@@ -277,21 +299,21 @@ class ResilientSink(ThreadedSink):
 
     async def _flush(self) -> None:
         await self._settled()
-        if type(self).flush_blocking is not ThreadedSink.flush_blocking:
-            await self.call(self.flush_blocking)
+        if type(self).flush_blocking is not ResilientSink.flush_blocking:
+            await self.run_blocking(self.flush_blocking)
 
     async def _close(self) -> None:
         try:
             await self._settled()
         finally:
             await self._stop_sending()
-        await self.disconnect()
+        await self.close_client()
 
     async def close(self) -> None:
         """Delivers what it can now, stops, and says in the log what stays in the spool. Idempotent."""
         opened = self._opened
         await super().close()
-        if not opened and self._spool is not None:  # the spool opened, connect() failed
+        if not opened and self._spool is not None:  # the spool opened, open_client() failed
             self._spool.close()
 
     # ------------------------------------------------------------- delivery
@@ -422,7 +444,15 @@ class ResilientSink(ThreadedSink):
         self.rejected += batch.count
         ack = batch.ack
         self._spool.remove(batch)
-        if ack is not None and ack.fail(batch, exc):
+        if failure.status is not None and not isinstance(exc, DeliveryError):  # say what the server said
+            error: BaseException = DeliveryError(
+                f"sink {self.label!r}: the server refused {batch.count} records: {failure.message}",
+                status=failure.status, retryable=False,
+            )
+            error.__cause__ = exc
+        else:
+            error = exc
+        if ack is not None and ack.fail(batch, error):
             return  # the waiting write raises it
         if not self._refusing:
             self._refusing = True
