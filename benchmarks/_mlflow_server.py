@@ -67,10 +67,9 @@ class MlflowServer:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"mlflow server exited with {self.process.returncode}; see {self.folder}")
-            with contextlib.suppress(OSError):
-                with urllib.request.urlopen(f"{self.url}/health", timeout=1) as reply:
-                    if reply.status == 200:
-                        return time.monotonic() - began
+            with contextlib.suppress(OSError), urllib.request.urlopen(f"{self.url}/health", timeout=1) as reply:
+                if reply.status == 200:
+                    return time.monotonic() - began
             time.sleep(0.1)
         self.kill()
         raise RuntimeError(f"mlflow server did not answer within {self.startup:g} s; see {self.folder}")

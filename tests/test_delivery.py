@@ -278,7 +278,7 @@ def test_bad_options_are_refused_at_construction_naming_the_sink_and_the_option(
     (tmp_path / "file").write_text("")
     with pytest.raises(ConfigError, match="PostSink: spool_bytes"):
         PostSink("http://127.0.0.1:9", spool_bytes=0)
-    with pytest.raises(ConfigError, match="PostSink: spool_dir .* is not a folder"):
+    with pytest.raises(ConfigError, match=r"PostSink: spool_dir .* is not a folder"):
         PostSink("http://127.0.0.1:9", spool_dir=tmp_path / "file")
     with pytest.raises(ConfigError, match="Backoff: cap"):
         Backoff(first=2.0, cap=1.0)

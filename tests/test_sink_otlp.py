@@ -18,9 +18,9 @@ import pytest
 pytest.importorskip("opentelemetry.exporter.otlp.proto.http")
 from google.rpc import status_pb2
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsPartialSuccess,
     ExportMetricsServiceRequest,
     ExportMetricsServiceResponse,
-    ExportMetricsPartialSuccess,
 )
 
 from monitor_async import DeliveryError, Monitor
