@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import math
 import random
+import re
 import socket
 import time
 import urllib.error
@@ -55,6 +56,7 @@ class Backoff:
 
     Example:
         >>> import random
+import re
         >>> backoff = Backoff(first=0.5, cap=4.0)
         >>> [backoff.ceiling(n) for n in range(5)]
         [0.5, 1.0, 2.0, 4.0, 4.0]
@@ -198,7 +200,6 @@ def classify(exc: BaseException) -> Failure:
         failure = _http_failure(inner)
         if failure is not None:
             return failure
-    message = _one_line(f"{type(exc).__name__}: {exc}")
     causes = list(_chain(exc))
     for inner in causes:
         if (
@@ -206,8 +207,26 @@ def classify(exc: BaseException) -> Failure:
             or _names(inner) & _NOT_SENT
             or (type(inner) is OSError and inner.errno in _UNREACHABLE)
         ):
-            return Failure(True, False, None, None, message)
+            return Failure(True, False, None, None, f"no connection: {_reason(causes)}")
     for inner in causes:
         if isinstance(inner, (TimeoutError, ConnectionError)) or _names(inner) & _MAYBE_SENT:
-            return Failure(True, True, None, None, message)
-    return Failure(False, False, None, None, message)
+            return Failure(True, True, None, None, f"no reply: {_reason(causes)}")
+    return Failure(False, False, None, None, _one_line(f"{type(exc).__name__}: {exc}"))
+
+
+_ERRNO = re.compile(r"\[Errno -?\d+\] [^\"'()\]\[]+")
+
+
+def _reason(causes: list[BaseException]) -> str:
+    """The gist of a connection failure: the system's words (``[Errno 111] Connection refused``) when given."""
+    for inner in causes:
+        if isinstance(inner, OSError) and inner.errno is not None and inner.strerror:
+            return f"[Errno {inner.errno}] {inner.strerror}"
+    for inner in causes:
+        found = _ERRNO.search(str(inner))
+        if found:
+            return found.group(0).strip()
+    for inner in causes:
+        if isinstance(inner, TimeoutError) or "Timeout" in _names(inner):
+            return "timed out"
+    return _one_line(f"{type(causes[-1]).__name__}: {causes[-1]}", 160)

@@ -15,7 +15,7 @@ from urllib.parse import urlparse
 
 from monitor_async import ConfigError, DeliveryError, Record
 
-from ._delivery import Backoff, parse_retry_after
+from ._delivery import Backoff, classify, parse_retry_after
 from ._resilient import DEFAULT_SPOOL_BYTES, ResilientSink
 
 try:
@@ -79,11 +79,17 @@ class _Rest:
         self._timeout = timeout
 
     def call(self, method: str, endpoint: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        response = self._http(
-            self._creds, f"/api/2.0/mlflow/{endpoint}", method,
-            max_retries=0, backoff_factor=0, backoff_jitter=0, timeout=self._timeout,
-            raise_on_status=False, **({"params": body} if method == "GET" else {"json": body}),
-        )
+        try:
+            response = self._http(
+                self._creds, f"/api/2.0/mlflow/{endpoint}", method,
+                max_retries=0, backoff_factor=0, backoff_jitter=0, timeout=self._timeout,
+                raise_on_status=False, **({"params": body} if method == "GET" else {"json": body}),
+            )
+        except MlflowException as exc:  # no reply: say so briefly, keep what classify() read
+            failure = classify(exc)
+            raise DeliveryError(
+                f"MLflow server at {self._creds.host}: {failure.message}", retryable=failure.retry, sent=failure.sent
+            ) from exc
         if response.status_code == 200:
             data: dict[str, Any] = response.json()
             return data

@@ -11,7 +11,7 @@ from typing import Any
 
 from monitor_async import ConfigError, DeliveryError, Record, __version__
 
-from ._delivery import Backoff, parse_retry_after
+from ._delivery import Backoff, classify, parse_retry_after
 from ._resilient import DEFAULT_SPOOL_BYTES, ResilientSink
 
 try:
@@ -79,7 +79,11 @@ class _Session(requests.Session):
         try:
             response = super().request(method, url, *args, **kwargs)
         except requests.RequestException as exc:
-            self.outcome = exc
+            failure = classify(exc)
+            self.outcome = DeliveryError(
+                f"OTLP endpoint {url!s}: {failure.message}", retryable=failure.retry, sent=failure.sent
+            )
+            self.outcome.__cause__ = exc
             raise _Attempt(str(exc)) from exc
         status = response.status_code
         if not 200 <= status < 300:

@@ -108,6 +108,7 @@ class Spool:
         if self.requested is None:
             self.path = Path(tempfile.mkdtemp(prefix=f"monitor-async-{self.label}-"))
         else:
+            self.path = self.path.absolute()  # the log names it: say where it is from anywhere
             try:
                 self.path.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
