@@ -56,7 +56,6 @@ class Backoff:
 
     Example:
         >>> import random
-import re
         >>> backoff = Backoff(first=0.5, cap=4.0)
         >>> [backoff.ceiling(n) for n in range(5)]
         [0.5, 1.0, 2.0, 4.0, 4.0]
