@@ -11,19 +11,17 @@ the files.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import os
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from monitor_async import BaseSink, ConfigError, DeliveryError, Record, ThreadedSink
+from monitor_async import BaseSink, ConfigError, Record, ThreadedSink
 
+from ._courier import Courier
 from ._delivery import Backoff, Failure, classify
-from ._spool import Batch, Spool
+from ._spool import Spool
 
 __all__ = ["DEFAULT_SPOOL_BYTES", "ResilientSink"]
 
@@ -34,46 +32,8 @@ DEFAULT_SPOOL_BYTES = 64 << 20
 
 T = TypeVar("T")
 
-
-class _Ack:
-    """What one ``write`` waits on: its batches delivered, one of them refused, or the server found away."""
-
-    def __init__(self) -> None:
-        self.pending = 0
-        self.waiting = False
-        self.future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-    def add(self, batch: Batch) -> None:
-        batch.ack = self
-        self.pending += 1
-
-    def done(self, batch: Batch) -> None:
-        batch.ack = None
-        self.pending -= 1
-        if self.pending <= 0:
-            self.release()
-
-    def fail(self, batch: Batch, error: BaseException) -> bool:
-        """Hands ``error`` to the waiting writer; ``False`` when nobody waits any more."""
-        batch.ack = None
-        self.pending -= 1
-        if not self.waiting or self.future.done():
-            return False
-        self.future.set_exception(error)
-        return True
-
-    def release(self) -> None:
-        if not self.future.done():
-            self.future.set_result(None)
-
-    async def wait(self, limit: float | None) -> None:
-        self.waiting = True
-        try:
-            await asyncio.wait_for(asyncio.shield(self.future), limit)
-        except TimeoutError:
-            return
-        finally:
-            self.waiting = False
+_FIGURES = ("retries", "spooled", "replayed", "spool_bytes", "spool_dropped", "rejected", "duplicates",
+            "delivered", "pending")
 
 
 class ResilientSink(BaseSink):
@@ -191,17 +151,8 @@ class ResilientSink(BaseSink):
         self._spool_dir = None if spool_dir is None else Path(spool_dir)
         self._spool_bytes = spool_bytes
         self._spool: Spool | None = None
-        self._sender: asyncio.Task[None] | None = None
-        self._wakeup: asyncio.Future[None] | None = None
-        self._watchers: list[asyncio.Future[None]] = []
-        self._stopped = False
-        self._away_since: float | None = None
-        self._failures = 0
-        self._refusing = False
-        self._full = False
+        self._courier: Courier | None = None
         self._worker = ThreadedSink()  # only its worker thread is used: blocking hooks run there, in order
-        self.retries = self.spooled = self.replayed = self.spool_dropped = 0
-        self.rejected = self.duplicates = self.delivered = 0
 
     # ---------------------------------------------------------------- hooks
     async def run_blocking(self, fn: Callable[..., T], *args: Any) -> T:
@@ -264,18 +215,9 @@ class ResilientSink(BaseSink):
 
     def counters(self) -> dict[str, float]:
         """The sink's delivery figures (see the class docstring); cheap, for ``Monitor.stats()``."""
-        spool = self._spool
-        return {
-            "retries": float(self.retries),
-            "spooled": float(self.spooled),
-            "replayed": float(self.replayed),
-            "spool_bytes": float(spool.bytes if spool is not None else 0),
-            "spool_dropped": float(self.spool_dropped),
-            "rejected": float(self.rejected),
-            "duplicates": float(self.duplicates),
-            "delivered": float(self.delivered),
-            "pending": float(spool.records if spool is not None else 0),
-        }
+        if self._courier is None:
+            return dict.fromkeys(_FIGURES, 0.0)
+        return self._courier.counters()
 
     # ------------------------------------------------------------ lifecycle
     async def _open(self) -> None:
@@ -283,19 +225,31 @@ class ResilientSink(BaseSink):
             spool = Spool(self._spool_dir, self._spool_bytes, self.label)
             left = spool.open()
             self._spool = spool
+            self._courier = Courier(spool, self.send, self.classify, self.backoff, self.label)
             if left:
                 log.info(
                     "sink %r: %d records that an earlier run left in the spool at %s go out first",
                     self.label, spool.records, spool.path,
                 )
         await self.open_client()
-        self._wake()
+        assert self._courier is not None
+        self._courier.wake()
 
     async def _write(self, records: Sequence[Record]) -> None:
         await self._accept([records])
 
     async def _write_batches(self, batches: Sequence[Sequence[Record]]) -> None:
         await self._accept(batches)
+
+    async def _accept(self, batches: Sequence[Sequence[Record]]) -> None:
+        assert self._courier is not None
+        parts = [part for records in batches for part in self.prepare(records)]
+        await self._courier.accept(parts, self.destination(), self.ack_wait)
+
+    async def _settled(self) -> None:
+        """Returns once what was handed over so far is delivered (or refused), or a try failed."""
+        if self._courier is not None:
+            await self._courier.settled()
 
     async def _flush(self) -> None:
         await self._settled()
@@ -306,7 +260,8 @@ class ResilientSink(BaseSink):
         try:
             await self._settled()
         finally:
-            await self._stop_sending()
+            if self._courier is not None:
+                await self._courier.stop()
         await self.close_client()
 
     async def close(self) -> None:
@@ -315,236 +270,3 @@ class ResilientSink(BaseSink):
         await super().close()
         if not opened and self._spool is not None:  # the spool opened, open_client() failed
             self._spool.close()
-
-    # ------------------------------------------------------------- delivery
-    async def _accept(self, batches: Sequence[Sequence[Record]]) -> None:
-        spool = self._spool
-        assert spool is not None
-        ack = _Ack() if not spool.batches and self.ack_wait != 0 else None
-        destination = self.destination()
-        away = self._away_since is not None
-        for records in batches:
-            for part in self.prepare(records):
-                if not part:
-                    continue
-                batch, dropped = spool.append(destination, part)
-                if dropped or batch is None:
-                    self._dropped(dropped, 0 if batch is not None else len(part))
-                if batch is None:
-                    continue
-                if away:
-                    batch.waited = True
-                    self.spooled += batch.count
-                if ack is not None:
-                    ack.add(batch)
-        self._wake()
-        if ack is not None and ack.pending > 0:
-            await ack.wait(self.ack_wait)
-
-    def _wake(self) -> None:
-        """Starts the delivery task if batches wait and none runs."""
-        spool = self._spool
-        if spool is None or not spool.batches or self._stopped:
-            return
-        if self._sender is None or self._sender.done():
-            self._sender = asyncio.get_running_loop().create_task(
-                self._deliver(), name=f"monitor-async delivery {self.label}"
-            )
-
-    async def _deliver(self) -> None:
-        spool = self._spool
-        assert spool is not None
-        attempt = 0
-        try:
-            while spool.batches and not self._stopped:
-                batch = spool.batches[0]
-                try:
-                    destination, records = spool.load(batch)
-                except (OSError, ValueError, TypeError, KeyError) as exc:
-                    log.warning("sink %r: a spooled batch is unreadable (%s); dropped", self.label, exc)
-                    self._dropped([batch], 0)
-                    spool.remove(batch)
-                    continue
-                spool.busy = batch
-                with contextlib.suppress(OSError):  # the mark only matters if the process dies now
-                    spool.sending(batch)
-                try:
-                    await self.send(records, destination)
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:  # noqa: BLE001 - every failure is classified
-                    failure = self.classify(exc)
-                    spool.busy = None
-                    with contextlib.suppress(OSError):
-                        if failure.retry and failure.sent:
-                            batch.unsure = True
-                            spool.mark_unsure(spool.unsure | {batch.seq})
-                        spool.not_sending()
-                    if not failure.retry:
-                        self._refused(batch, exc, failure)
-                        continue
-                    self._failed(failure)
-                    self._signal()
-                    await self._pause(self.backoff.delay(attempt, failure.retry_after))
-                    attempt += 1
-                else:
-                    spool.busy = None
-                    attempt = 0
-                    self._delivered(batch)
-                finally:
-                    spool.busy = None
-                    self._signal()
-        except asyncio.CancelledError:
-            if not self._stopped:  # the loop is shutting down under an open sink
-                self._closing_line()
-            raise
-
-    def _delivered(self, batch: Batch) -> None:
-        self.delivered += batch.count
-        if batch.waited:
-            self.replayed += batch.count
-        if batch.unsure:
-            self.duplicates += batch.count
-        self._refusing = self._full = False
-        ack = batch.ack
-        assert self._spool is not None
-        self._spool.remove(batch)
-        if ack is not None:
-            ack.done(batch)
-        if self._away_since is not None:
-            log.info(
-                "sink %r: the server answers again after %.1f s; the %d records that waited go out now",
-                self.label, time.monotonic() - self._away_since, self._spool.records,
-            )
-            self._away_since = None
-
-    def _failed(self, failure: Failure) -> None:
-        """A try failed and will be made again: everything waiting now counts as spooled."""
-        spool = self._spool
-        assert spool is not None
-        self.retries += 1
-        self._failures += 1
-        if self._away_since is not None:
-            return
-        self._away_since = time.monotonic()
-        for batch in spool.batches:
-            if not batch.waited:
-                batch.waited = True
-                self.spooled += batch.count
-            if batch.ack is not None:  # its writer goes on: the batch waits in the spool
-                batch.ack.release()
-        log.warning(
-            "sink %r: %s; records wait in the spool at %s and go out in order once the server answers "
-            "(tries are counted in monitor.stats()['sink/%s/retries'])",
-            self.label, failure.message, spool.path, self.label,
-        )
-
-    def _refused(self, batch: Batch, exc: BaseException, failure: Failure) -> None:
-        assert self._spool is not None
-        self.rejected += batch.count
-        ack = batch.ack
-        self._spool.remove(batch)
-        if failure.status is not None and not isinstance(exc, DeliveryError):  # say what the server said
-            error: BaseException = DeliveryError(
-                f"sink {self.label!r}: the server refused {batch.count} records: {failure.message}",
-                status=failure.status, retryable=False,
-            )
-            error.__cause__ = exc
-        else:
-            error = exc
-        if ack is not None and ack.fail(batch, error):
-            return  # the waiting write raises it
-        if not self._refusing:
-            self._refusing = True
-            log.warning(
-                "sink %r: the server refused %d records (%s); they are dropped, not retried; further "
-                "refusals are counted in monitor.stats()['sink/%s/rejected'] until a batch goes through",
-                self.label, batch.count, failure.message, self.label,
-            )
-
-    def _dropped(self, batches: Sequence[Batch], unwritten: int) -> None:
-        """Batches dropped from a full spool (and ``unwritten`` records that never fit in it)."""
-        self.spool_dropped += sum(batch.count for batch in batches) + unwritten
-        for batch in batches:
-            if batch.ack is not None:
-                batch.ack.done(batch)
-        if not self._full:
-            self._full = True
-            spool = self._spool
-            assert spool is not None
-            log.warning(
-                "sink %r: the spool at %s is full (spool_bytes=%d); its oldest batches are dropped, "
-                "counted in monitor.stats()['sink/%s/spool_dropped']",
-                self.label, spool.path, spool.limit, self.label,
-            )
-
-    # ------------------------------------------------------- waiting, ending
-    async def _pause(self, seconds: float) -> None:
-        """The backoff wait; :meth:`_hurry` cuts it short."""
-        loop = asyncio.get_running_loop()
-        self._wakeup = wake = loop.create_future()
-        timer = loop.call_later(seconds, self._hurry)
-        try:
-            await wake
-        finally:
-            timer.cancel()
-            self._wakeup = None
-
-    def _hurry(self) -> None:
-        wake = self._wakeup
-        if wake is not None and not wake.done():
-            wake.set_result(None)
-
-    def _signal(self) -> None:
-        """Wakes whoever waits for the delivery task to make progress."""
-        watchers, self._watchers = self._watchers, []
-        for fut in watchers:
-            if not fut.done():
-                fut.set_result(None)
-
-    async def _settled(self) -> None:
-        """Returns once what was handed over so far is delivered (or refused), or a try failed."""
-        spool = self._spool
-        if spool is None or not spool.batches:
-            return
-        newest = spool.batches[-1].seq
-        failures = self._failures
-        self._wake()
-        self._hurry()
-        loop = asyncio.get_running_loop()
-        while spool.batches and spool.batches[0].seq <= newest and self._failures == failures:
-            if self._sender is None or self._sender.done():
-                return  # stopped, or ended by a bug: nothing will make progress
-            fut = loop.create_future()
-            self._watchers.append(fut)
-            await fut
-
-    async def _stop_sending(self) -> None:
-        """Stops the delivery task; says in the log what stays in the spool, and where."""
-        self._stopped = True
-        task, self._sender = self._sender, None
-        if task is not None and not task.done():
-            task.cancel()
-            await asyncio.wait([task])
-        spool = self._spool
-        if spool is None:
-            return
-        for batch in spool.batches:
-            if batch.ack is not None:
-                batch.ack.release()
-        self._closing_line()
-        spool.close()
-
-    def _closing_line(self) -> None:
-        spool = self._spool
-        if spool is None or not spool.records:
-            return
-        later = (
-            "a temporary folder: give the sink a spool_dir to have a later run send them"
-            if spool.temporary
-            else f"a sink opened with spool_dir={str(spool.path)!r} sends them first"
-        )
-        log.warning(
-            "sink %r closed with %d records (%d bytes) not delivered; they stay in the spool at %s (%s)",
-            self.label, spool.records, spool.bytes, spool.path, later,
-        )
