@@ -57,8 +57,8 @@ class Backoff:
     Example:
         >>> import random
         >>> backoff = Backoff(first=0.5, cap=4.0)
-        >>> [backoff.ceiling(n) for n in range(5)]
-        [0.5, 1.0, 2.0, 4.0, 4.0]
+        >>> print(*(backoff.ceiling(n) for n in range(5)))
+        0.5 1.0 2.0 4.0 4.0
         >>> 0.0 <= backoff.delay(3, rng=random.Random(0)) <= 4.0
         True
         >>> backoff.delay(0, retry_after=2.5)

@@ -238,8 +238,11 @@ class MLflowSink(ResilientSink):
         ...         await monitor.flush()
         ...         return sink.run_id
         >>> run_id = asyncio.run(main())
-        >>> [(m.step, m.value) for m in MlflowClient(uri).get_metric_history(run_id, "rb/size")]
-        [(0, 10.0), (1, 20.0), (2, 30.0)]
+        >>> for metric in MlflowClient(uri).get_metric_history(run_id, "rb/size"):
+        ...     print(metric.step, metric.value)
+        0 10.0
+        1 20.0
+        2 30.0
     """
 
     def __init__(
