@@ -5,8 +5,9 @@ the sink's delivery task sends the spool oldest first, and a batch's file is
 deleted once the server acknowledged it. A failure worth another try stops
 the task for a :class:`~monitor_async.backends.Backoff` wait, while new
 batches keep joining the spool behind the one that failed; a refusal drops
-the batch and moves on. ``_delivery.py`` holds that policy, ``_spool.py``
-the files.
+the batch and moves on. This module is the sink's face (its hooks, its
+lifecycle); ``_courier.py`` is the delivery task, ``_delivery.py`` the
+retry policy, ``_spool.py`` the files.
 """
 
 from __future__ import annotations
