@@ -73,6 +73,7 @@ SCENARIOS: dict[str, Scenario] = {
         "bench_distributed", "run_ray_sink", {}, {"processes": 2, "targets": 20, "seconds": 2.0, "capacity_targets": 40}
     ),
     "reduce": Scenario("bench_distributed", "run_reduce", {}, {"ranks": 2, "warmup": 1.0, "seconds": 2.0}),
+    "remote": Scenario("bench_remote", "run", {}, {"seconds": 8.0, "outage": 3.0, "targets": 5}),
 }
 
 
@@ -87,6 +88,10 @@ def fmt(value: float | None, unit: str) -> str:
         return f"{value:.3f} MB"
     if unit == "us":
         return f"{value:,.0f} us"
+    if unit == "records":
+        return f"{value:,.0f}"
+    if unit == "s":
+        return f"{value:.2f} s"
     return f"{value:.3f}"
 
 

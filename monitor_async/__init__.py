@@ -13,6 +13,7 @@ re-exports; each concept lives in a private module of its own.
 
 from ._exceptions import (
     ConfigError,
+    DeliveryError,
     MonitorClosedError,
     MonitorError,
     PollError,
@@ -36,6 +37,7 @@ from ._version import __version__
 __all__ = [
     "BaseSink",
     "ConfigError",
+    "DeliveryError",
     "Every",
     "LoggerMonitor",
     "LoggerSink",
