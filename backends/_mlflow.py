@@ -14,6 +14,7 @@ from typing import Any, cast
 from urllib.parse import urlparse
 
 from monitor_async import ConfigError, DeliveryError, Record
+from monitor_async.distributed import Ranks, check_ranks
 
 from ._delivery import Backoff, classify, parse_retry_after
 from ._resilient import DEFAULT_SPOOL_BYTES, ResilientSink
@@ -214,6 +215,7 @@ class MLflowSink(ResilientSink):
         backoff: the waits between tries (default ``Backoff()``).
         timeout: seconds one request may take (connect and read).
         name: the sink's label in ``Monitor.stats()`` (default ``"mlflowsink"``).
+        ranks: ``"main"`` (default): only the main rank of a distributed job logs (the run is shared); ``"all"``: every rank does, each into the run it is given or creates.
 
     Raises:
         ConfigError: a bad option, or ``run_id`` together with options of a new run.
@@ -258,8 +260,10 @@ class MLflowSink(ResilientSink):
         backoff: Backoff | None = None,
         timeout: float = 10.0,
         name: str | None = None,
+        ranks: Ranks = "main",
     ) -> None:
         super().__init__(spool_dir=spool_dir, spool_bytes=spool_bytes, backoff=backoff, name=name)
+        self.ranks = check_ranks(ranks, "MLflowSink")
         for option, value in (("tracking_uri", tracking_uri), ("experiment", experiment),
                               ("run_id", run_id), ("run_name", run_name)):
             if value is not None and (not isinstance(value, str) or not value):

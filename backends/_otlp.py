@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from monitor_async import ConfigError, DeliveryError, Record, __version__
+from monitor_async.distributed import Ranks, check_ranks
 
 from ._delivery import Backoff, classify, parse_retry_after
 from ._resilient import DEFAULT_SPOOL_BYTES, ResilientSink
@@ -156,6 +157,7 @@ class OTLPSink(ResilientSink):
         spool_bytes: the spool's bound in bytes (default 64 MiB).
         backoff: the waits between tries (default ``Backoff()``).
         name: the sink's label in ``Monitor.stats()`` (default ``"otlpsink"``).
+        ranks: ``"all"`` (default): every rank exports, its ``source`` (rank) among the attributes; ``"main"``: only the main rank of a distributed job.
 
     Raises:
         ConfigError: a bad option.
@@ -178,8 +180,10 @@ class OTLPSink(ResilientSink):
         spool_bytes: int = DEFAULT_SPOOL_BYTES,
         backoff: Backoff | None = None,
         name: str | None = None,
+        ranks: Ranks = "all",
     ) -> None:
         super().__init__(spool_dir=spool_dir, spool_bytes=spool_bytes, backoff=backoff, name=name)
+        self.ranks = check_ranks(ranks, "OTLPSink")
         if endpoint is not None and (not isinstance(endpoint, str) or "://" not in endpoint):
             raise ConfigError(f"OTLPSink: endpoint must be a URL like {DEFAULT_ENDPOINT!r}, got {endpoint!r}")
         if headers is not None and (

@@ -189,7 +189,7 @@ def run(*, seconds: float = 30.0, outage: float = 10.0, targets: int = 20, inter
     """The remote-tracker scenario; see the module docstring."""
     quiet()
     logging.getLogger("mlflow").setLevel(logging.ERROR)
-    scenario = f"remote: {targets} targets at {1 / interval:g} Hz into MLflow, server killed for {outage:g} s"
+    scenario = f"12. {targets} targets at {1 / interval:g} Hz into MLflow, server killed for {outage:g} s"
     folder = Path(tempfile.mkdtemp(prefix="bench-remote-"))
     server = MlflowServer(folder / "server")
     startup = server.start()
