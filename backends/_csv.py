@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from monitor_async import Record
+from monitor_async.distributed import Ranks, many_sources, source_text
 
 from ._files import LineSink
 from ._text import escape
@@ -16,6 +17,7 @@ from ._text import escape
 __all__ = ["CSVSink"]
 
 HEADER = "time,name,step,metric,value\n"
+HEADER_SOURCE = "time,name,step,metric,value,source\n"
 _ENTRY = 64
 """Bytes a cache entry costs besides its strings (its slot in the dict's table), for the budget."""
 
@@ -52,6 +54,15 @@ class CSVSink(LineSink):
           disk) is taken back, and part of a block left by a process killed
           mid-write is cut away when the file is next opened. ``fsync=True``
           also forces each batch to disk before ``write`` returns.
+        - Provenance: with ``source=True``, or by default where records come
+          from several processes (this process is one rank of several, or
+          the sink is hosted in a Ray actor by ``RaySink``), the header has a
+          sixth column ``source``: the record's source as ``key=value`` pairs
+          joined by ``;`` (``rank=1``, ``host=n1;pid=42;node=...``), empty
+          for a record without one; ``csv.reader`` and ``pandas.read_csv``
+          read it as one string. ``source=False`` keeps five columns.
+          ``{rank}`` in ``path`` is replaced by the process's rank;
+          ``ranks="main"`` keeps the sink off other ranks.
         - Names holding commas, quotes or line breaks are quoted the way
           ``csv.reader`` reads them back. A key or watch name that UTF-8
           cannot encode (a lone surrogate, ``"\\udcff"``) is written escaped
@@ -90,8 +101,16 @@ class CSVSink(LineSink):
     cache_bytes = 4 << 20
     """About how many bytes the row templates and quoted names may hold (more starts them afresh)."""
 
-    def __init__(self, path: str | os.PathLike[str], *, fsync: bool = False, name: str | None = None) -> None:
-        super().__init__(path, fsync=fsync, name=name)
+    def __init__(
+        self, path: str | os.PathLike[str], *, fsync: bool = False, name: str | None = None, ranks: Ranks = "all",
+        source: bool | None = None,
+    ) -> None:
+        # a sixth column for Record.source: asked for, or where records come from several processes
+        self._source = many_sources() if source is None else bool(source)
+        if self._source:
+            self.header = HEADER_SOURCE.encode()
+        self._ends: dict[object, str] = {}
+        super().__init__(path, fsync=fsync, name=name, ranks=ranks)
         self.keys_escaped = 0
         self._quoted: dict[str, str] = {}
         self._templates: dict[tuple[str, ...], str] = {}
@@ -127,11 +146,13 @@ class CSVSink(LineSink):
             template = templates.get(keys)
             if template is None:
                 template = self._template(keys)
+            end = self._end(r.source) if self._source else ""
             if template:
-                add((template % tuple(metrics.values())).replace("\0", prefix))
+                text = (template % tuple(metrics.values())).replace("\0", prefix)
+                add(text.replace("\1", end) if end else text)
             else:  # a key holding NUL, or no values
                 fields = self._fields(keys)
-                add("".join([f"{prefix}{field},{v!r}\n" for field, v in zip(fields, metrics.values(), strict=True)]))
+                add("".join([f"{prefix}{field},{v!r}{end}\n" for field, v in zip(fields, metrics.values(), strict=True)]))
         return "".join(blocks)
 
     def _quote(self, text: str) -> str:
@@ -142,11 +163,22 @@ class CSVSink(LineSink):
         self._cached += sys.getsizeof(text) + (0 if quoted is text else sys.getsizeof(quoted)) + _ENTRY
         return quoted
 
-    def _template(self, keys: tuple[str, ...]) -> str:
-        """``"\\0<metric>,%r\\n"`` per key (``\\0`` stands for the row prefix); ``""`` when a key holds NUL.
+    def _end(self, source: object) -> str:
+        """``",<source>"``: the source column of a record's rows (cached per distinct source)."""
+        end = self._ends.get(source)
+        if end is None:
+            if self._cached > self.cache_bytes:
+                self._clear()
+            end = self._ends[source] = "," + _quote(source_text(source))  # type: ignore[arg-type]
+            self._cached += sys.getsizeof(end) + _ENTRY
+        return end
 
-        Counts the record's escaped keys in ``keys_escaped``: a key order that
-        holds one is cached apart, so the common one costs no check at all.
+    def _template(self, keys: tuple[str, ...]) -> str:
+        """``"\\0<metric>,%r\\1\\n"`` per key (``\\0`` stands for the row prefix, ``\\1`` for the source column).
+
+        ``""`` when a key holds NUL or ``\\1``. Counts the record's escaped
+        keys in ``keys_escaped``: a key order that holds one is cached apart,
+        so the common one costs no check at all.
         """
         escaping = self._escaping.get(keys)
         if escaping is not None:
@@ -155,8 +187,9 @@ class CSVSink(LineSink):
         if self._cached > self.cache_bytes:
             self._clear()  # key names that keep changing: keep the caches bounded
         fields = self._fields(keys)
-        template = "" if any("\0" in k for k in keys) else "".join(
-            ["\0" + field.replace("%", "%%") + ",%r\n" for field in fields]
+        mark = "\1" if self._source else ""  # where the source column goes
+        template = "" if any("\0" in k or "\1" in k for k in keys) else "".join(
+            ["\0" + field.replace("%", "%%") + ",%r" + mark + "\n" for field in fields]
         )
         self._cached += sys.getsizeof(template) + sys.getsizeof(keys) + _ENTRY
         escaped = sum(1 for k in keys if not k.isascii() and escape(k) is not None)
@@ -176,4 +209,5 @@ class CSVSink(LineSink):
         self._quoted.clear()
         self._templates.clear()
         self._escaping.clear()
+        self._ends.clear()
         self._cached = 0

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from monitor_async import BaseSink, Record
+from monitor_async.distributed import Ranks, check_ranks
 
 from ._text import escape
 
@@ -39,6 +40,8 @@ log = logging.getLogger("monitor_async")
 _NAME_OK = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 _INVALID = re.compile(r"[^a-zA-Z0-9_]+")
 _TIMESTAMP = "last_record_timestamp_seconds"
+_ENTRY = 64
+"""Bytes a cache entry costs besides its strings, for the budget."""
 _CLASH: Any = object()
 """The route of a key whose series another key of the same watch holds: its values are counted, not written."""
 _OVER: Any = object()
@@ -57,15 +60,34 @@ def sanitise(name: str) -> str:
     return _INVALID.sub("_", name).strip("_") or "value"
 
 
+_Series = tuple[str, Any]  # (watch, Record.source): one labelled series of a family
+
+
+def _labels(series: Iterator[_Series] | list[_Series]) -> tuple[list[str], list[list[str]]]:
+    """Label names (``watch``, then every source key seen, e.g. ``rank``) and each series' label values."""
+    keys = list(series)
+    extra: dict[str, None] = {}
+    for _, source in keys:
+        extra.update(dict.fromkeys(source))
+    names = ["watch", *extra]
+    return names, [[watch, *(_text(source.get(k, "")) for k in extra)] for watch, source in keys]
+
+
+def _text(value: Any) -> str:
+    """A label value as a scrape can encode it (see ``escape``)."""
+    text = str(value)
+    return escape(text) or text
+
+
 class _LatestValues:
     """The collector the registry calls on every scrape (on the HTTP server's thread)."""
 
     def __init__(self, namespace: str) -> None:
         self.namespace = namespace
         self.lock = threading.Lock()
-        self.families: dict[str, dict[str, float]] = {}
+        self.families: dict[str, dict[_Series, float]] = {}
         self.help: dict[str, str] = {}
-        self.times: dict[str, float] = {}
+        self.times: dict[_Series, float] = {}
 
     def describe(self) -> list[Any]:
         # Registering must not call collect(); the names change over time anyway.
@@ -75,19 +97,13 @@ class _LatestValues:
         with self.lock:
             families = [(name, self.help[name], dict(series)) for name, series in self.families.items()]
             times = dict(self.times)
-        for name, doc, series in families:
-            family = GaugeMetricFamily(name, doc, labels=["watch"])
-            for watch, value in series.items():
-                family.add_metric([watch], value)
-            yield family
-        if times:
-            family = GaugeMetricFamily(
-                f"{self.namespace}_{_TIMESTAMP}",
-                "Unix time of the latest record of each watch.",
-                labels=["watch"],
-            )
-            for watch, value in times.items():
-                family.add_metric([watch], value)
+        for name, doc, series in [*families, (f"{self.namespace}_{_TIMESTAMP}", "", times)]:
+            if not series:
+                continue
+            labels, rows = _labels(list(series))
+            family = GaugeMetricFamily(name, doc or "Unix time of the latest record of each watch.", labels=labels)
+            for row, value in zip(rows, series.values(), strict=True):
+                family.add_metric(row, value)
             yield family
 
 
@@ -105,9 +121,12 @@ class PrometheusSink(BaseSink):
           ``a.b`` are their own series of the same family.)
         - A watch name UTF-8 cannot encode (a lone surrogate, ``"\\udcff"``)
           is escaped in the ``watch`` label (``\\udcff`` as text) and counted
-          in ``keys_escaped`` (per record), so a scrape never fails on it.
-          Key names cannot hit this: anything but ``[a-zA-Z0-9_]`` is
-          sanitised away.
+          in ``keys_escaped`` (per record), so a scrape never fails on it;
+          source labels are escaped the same way. Key names cannot hit this:
+          anything but ``[a-zA-Z0-9_]`` is sanitised away.
+        - Provenance: the fields of a record's source become labels beside
+          ``watch`` (``rank="1"``; a sender's ``host``, ``pid``, ``node``
+          through ``RaySink``), so ranks and nodes stay separate series.
         - Only the latest value is kept; a scrape sees the last record written
           for each watch. ``write`` just updates a dict under a lock, on the
           monitor's loop; scrapes read it on prometheus_client's server thread.
@@ -161,8 +180,10 @@ class PrometheusSink(BaseSink):
         namespace: str = "monitor_async",
         max_series: int = 10_000,
         name: str | None = None,
+        ranks: Ranks = "all",
     ) -> None:
         self.name = name
+        self.ranks = check_ranks(ranks, "PrometheusSink")
         if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535):
             raise ValueError(f"PrometheusSink {self.label!r}: port must be 0..65535 or None, got {port!r}")
         if not isinstance(host, str) or not host:
@@ -186,9 +207,9 @@ class PrometheusSink(BaseSink):
         self.keys_escaped = 0
         self._reserved = f"{namespace}_{_TIMESTAMP}"
         self._labels: dict[str, str] = {}  # watch name -> its label value
-        self._routes: dict[str, dict[str, Any]] = {}  # watch name -> key -> series, _CLASH or _OVER
+        self._routes: dict[_Series, dict[str, Any]] = {}  # (label, source) -> key -> series, _CLASH or _OVER
         self._routed = 0  # bytes the routes hold, about
-        self._claims: dict[tuple[str, str], str] = {}  # (family, label) -> the key that owns the series
+        self._claims: dict[tuple[str, _Series], str] = {}  # (family, (label, source)) -> the key owning the series
         self._server: Any = None
         self._thread: threading.Thread | None = None
 
@@ -245,20 +266,21 @@ class PrometheusSink(BaseSink):
                     label = self._label(name)
                 if label != name:
                     self.keys_escaped += 1
-                routes = all_routes.get(name)
+                at = (label, record.source)  # the source's fields (rank, host...) become labels
+                routes = all_routes.get(at)
                 if routes is None:
-                    routes = all_routes[name] = {}
+                    routes = self._routes_of(at)
                 for key, value in record.metrics.items():
                     route = routes.get(key)
                     if route is None:
-                        route = self._route(name, label, key, routes)
+                        route = self._route(name, at, key, routes)
                     if type(route) is dict:
-                        route[label] = value
+                        route[at] = value
                     elif route is _CLASH:
                         self.keys_collided += 1
                     else:
                         self.series_dropped += 1
-                collector.times[label] = record.time
+                collector.times[at] = record.time
 
     def _label(self, name: str) -> str:
         """The ``watch`` label of a watch name: escaped when UTF-8 cannot encode it (a scrape must encode it)."""
@@ -267,30 +289,38 @@ class PrometheusSink(BaseSink):
         label = self._labels[name] = escape(name) or name
         return label
 
-    def _route(self, name: str, label: str, key: str, routes: dict[str, Any]) -> Any:
-        """Where the values of ``key`` of watch ``name`` go: a series (``{label: value}``), ``_CLASH`` or ``_OVER``.
+    def _routes_of(self, at: _Series) -> dict[str, Any]:
+        """The (new) routes of the records of one watch and source."""
+        routes: dict[str, Any] = {}
+        self._routes[at] = routes
+        self._routed += 2 * _ENTRY
+        return routes
 
-        The first key of a watch to give a family name owns that series for
-        good; another key of the same watch that sanitises to the same name
-        is a clash (its values are counted in ``keys_collided``, not written).
+    def _route(self, name: str, at: _Series, key: str, routes: dict[str, Any]) -> Any:
+        """Where the values of ``key`` of watch ``name`` go: a family's series (``{at: value}``), ``_CLASH`` or ``_OVER``.
+
+        The first key of a watch (and source) to give a family name owns that
+        series for good; another key of the same watch that sanitises to the
+        same name is a clash (its values are counted in ``keys_collided``).
         """
         if self._routed > self.cache_bytes:  # keys that keep changing: the routes start afresh
             self._routes.clear()
             routes.clear()
-            self._routes[name] = routes
-            self._routed = 0
+            self._routes[at] = routes
+            self._routed = 2 * _ENTRY
+        label = at[0]
         collector = self._collector
         prefix = name + "/"
         metric = key[len(prefix):] if key.startswith(prefix) else key
         family = f"{collector.namespace}_{sanitise(metric)}"
         if family == self._reserved:
             family += "_value"
-        owner = self._claims.get((family, label))
+        owner = self._claims.get((family, at))
         route: Any
         if owner is None:
             if self._series < self.max_series:
                 self._series += 1
-                self._claims[(family, label)] = key
+                self._claims[(family, at)] = key
                 route = collector.families.get(family)
                 if route is None:
                     route = collector.families[family] = {}
@@ -315,7 +345,7 @@ class PrometheusSink(BaseSink):
                     self.label, owner, key, label, family, self.label,
                 )
         routes[key] = route
-        self._routed += sys.getsizeof(key) + 64
+        self._routed += sys.getsizeof(key) + _ENTRY
         return route
 
     # --------------------------------------------------------------- lifecycle

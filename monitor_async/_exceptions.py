@@ -9,12 +9,14 @@ existed, so ``except ValueError`` / ``except RuntimeError`` keep working::
     ├── SinkTypeError(TypeError)         something passed as a sink that is not one
     ├── WatchTypeError(TypeError)        a target with nothing to call (no stats(), no stats_fn)
     ├── MonitorClosedError(RuntimeError) a closed SyncMonitor used again
+    ├── RunNotFoundError(FileNotFoundError)  a folder given to show/plot/tail/export holds no run
     ├── PollError                        one poll of one watch failed
     │   ├── StatsTypeError(TypeError)    stats() returned something that is not a mapping
     │   ├── StatsCycleError(ValueError)  stats() returned a mapping that contains itself
     │   └── PollTimeoutError(TimeoutError)  stats() did not answer within the watch's timeout
     └── SinkError                        a sink failed
-        └── SinkClosedError(RuntimeError)   a closed sink was written to or opened
+        ├── SinkClosedError(RuntimeError)   a closed sink was written to or opened
+        └── DeliveryError                   a network sink could not deliver a batch (status, retryable)
 
 Errors raised *by user code* (a target's ``stats()``, a sink's ``write``)
 reach ``on_error="raise"`` callers as they were raised, not wrapped.
@@ -32,10 +34,12 @@ from __future__ import annotations
 
 __all__ = [
     "ConfigError",
+    "DeliveryError",
     "MonitorClosedError",
     "MonitorError",
     "PollError",
     "PollTimeoutError",
+    "RunNotFoundError",
     "SinkClosedError",
     "SinkError",
     "SinkTypeError",
@@ -65,6 +69,10 @@ class MonitorClosedError(MonitorError, RuntimeError):
     """A ``SyncMonitor`` was used after ``close()``; build a new one."""
 
 
+class RunNotFoundError(MonitorError, FileNotFoundError):
+    """A path given to read a run holds no file of ``JSONLSink`` or ``CSVSink``; the message names it."""
+
+
 class PollError(MonitorError):
     """One poll of one watch failed (the message names the watch)."""
 
@@ -89,10 +97,67 @@ class SinkClosedError(SinkError, RuntimeError):
     """A closed sink was written to or opened again."""
 
 
+def _retryable(status: int | None) -> bool:
+    """No reply (``None``), a timeout (408), too many requests (429) or a server error (5xx)."""
+    return status is None or status in (408, 429) or 500 <= status <= 599
+
+
+class DeliveryError(SinkError):
+    """A network sink could not deliver a batch; says whether trying again may help.
+
+    Network sinks (``MLflowSink``, ``OTLPSink``, ``RaySink``, or a sink built
+    on ``ResilientSink``) raise it, or take it from their ``send`` hook, to say
+    how a delivery failed. Retried later: no reply (``status=None``), 408,
+    429 and 5xx. Never retried: any other status (a 4xx is the server
+    refusing the batch).
+
+    Args:
+        message: what failed, naming the sink, the status and the server's own message.
+        status: the HTTP status of the reply, or ``None`` when there was no reply.
+        retry_after: seconds the server asked to wait (``Retry-After``), or ``None``.
+        retryable: whether to try again; by default from ``status`` as above.
+        sent: whether the request may have reached the server although no reply
+            came back (a read timeout, a reset connection): sending it again may
+            make a duplicate.
+
+    Example:
+        >>> from monitor_async import DeliveryError
+        >>> DeliveryError("busy", status=503, retry_after=2.0).retryable
+        True
+        >>> DeliveryError("bad key", status=400).retryable
+        False
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        retry_after: float | None = None,
+        retryable: bool | None = None,
+        sent: bool = False,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retry_after = retry_after
+        self.retryable = _retryable(status) if retryable is None else retryable
+        self.sent = sent
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # keyword-only arguments: rebuilt through a helper so the error pickles (Ray, multiprocessing)
+        return _rebuild_delivery_error, (str(self), self.status, self.retry_after, self.retryable, self.sent)
+
+
+def _rebuild_delivery_error(
+    message: str, status: int | None, retry_after: float | None, retryable: bool, sent: bool
+) -> DeliveryError:
+    return DeliveryError(message, status=status, retry_after=retry_after, retryable=retryable, sent=sent)
+
+
 # shown as ``monitor_async.ConfigError`` in tracebacks: the name users import it by
 for _cls in (
-    MonitorError, ConfigError, SinkTypeError, WatchTypeError, MonitorClosedError, PollError,
-    StatsTypeError, StatsCycleError, PollTimeoutError, SinkError, SinkClosedError,
+    MonitorError, ConfigError, SinkTypeError, WatchTypeError, MonitorClosedError, RunNotFoundError, PollError,
+    StatsTypeError, StatsCycleError, PollTimeoutError, SinkError, SinkClosedError, DeliveryError,
 ):
     _cls.__module__ = "monitor_async"
 del _cls

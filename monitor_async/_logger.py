@@ -8,6 +8,7 @@ from typing import Any
 from ._exceptions import SinkTypeError
 from ._record import Record
 from ._sink import ThreadedSink
+from .distributed import Ranks, check_ranks
 
 __all__ = ["LoggerSink", "Report"]
 
@@ -60,7 +61,8 @@ class LoggerSink(ThreadedSink):
         >>> sink = LoggerSink(PrintLogger())
     """
 
-    def __init__(self, logger: Any, *, name: str | None = None) -> None:
+    def __init__(self, logger: Any, *, name: str | None = None, ranks: Ranks = "all") -> None:
+        self.ranks = check_ranks(ranks, "LoggerSink")
         if callable(getattr(logger, "log_metrics", None)):
             self._style = "log_metrics"
         elif callable(getattr(logger, "log_scalar", None)):

@@ -7,7 +7,9 @@ from typing import Any, TypedDict
 
 from ._callers import Offload
 from ._errors import OnError
+from ._reduce import Reduce
 from ._schedule import Every
+from .distributed import World
 
 __all__ = ["MonitorOptions", "WatchOptions"]
 
@@ -25,6 +27,7 @@ class MonitorOptions(TypedDict, total=False):
     thread_limit: int
     max_values: int
     batch_wait: float
+    world: World | None
 
 
 class WatchOptions(TypedDict, total=False):
@@ -41,3 +44,4 @@ class WatchOptions(TypedDict, total=False):
     poll_interval: float | None
     timeout: float | None
     offload: Offload
+    reduce: Reduce | Mapping[str, str | Sequence[str]] | None

@@ -20,6 +20,7 @@ from ._callers import Busy, InlineCaller, ThreadCaller
 from ._channel import Channel
 from ._errors import ErrorPolicy, describe, log
 from ._exceptions import PollTimeoutError
+from ._health import on_failure
 from ._record import Record
 from ._threads import WorkerPool
 from ._watch import Watch
@@ -33,7 +34,10 @@ SKIPPED: Any = object()
 class Counters:
     """The monitor's own cumulative poll counters (``Monitor.stats()``)."""
 
-    __slots__ = ("polls", "polls_failed", "polls_missed", "polls_timed_out", "records", "values_dropped")
+    __slots__ = (
+        "polls", "polls_failed", "polls_missed", "polls_timed_out", "records", "targets_dead", "targets_died",
+        "values_dropped",
+    )
 
     def __init__(self) -> None:
         self.polls = 0
@@ -42,6 +46,8 @@ class Counters:
         self.polls_missed = 0
         self.records = 0
         self.values_dropped = 0
+        self.targets_dead = 0  # dead targets polled with backoff now (_health)
+        self.targets_died = 0
 
 
 class Poller:
@@ -126,6 +132,8 @@ class Poller:
 
     def fail(self, watch: Watch, message: str, exc: BaseException) -> None:
         self.counters.polls_failed += 1
+        if on_failure(self, watch, exc):  # a dead target: reported once, then polled with backoff
+            return
         self.errors.report(message, exc, first=not watch.failing)
         watch.failing = True
 
