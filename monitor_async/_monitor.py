@@ -5,20 +5,25 @@ from __future__ import annotations
 import asyncio
 import inspect
 import math
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
 from ._callers import OFFLOADS, Offload, make_caller
-from ._channel import channels_for
+from ._channel import channels_for, wait_for_waiter
 from ._errors import ON_ERROR, ErrorPolicy, OnError, log
 from ._exceptions import ConfigError, WatchTypeError
 from ._poll import SKIPPED, Counters, Poller, poll_forever
+from ._record import Record
 from ._schedule import Every
 from ._threads import WorkerPool
 from ._watch import Watch
 
 __all__ = ["Monitor"]
+
+_GRACE = 0.25
+"""Seconds granted past a deadline for a cancelled task to end before it is left behind."""
 
 
 def _positive(name: str, value: float | None, *, integer: bool = False, zero: bool = False) -> None:
@@ -130,8 +135,11 @@ class Monitor:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_event: asyncio.Event | None = None
-        self._stop_lock: asyncio.Lock | None = None
+        self._stop_lock: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
         self._stopped = False
+        self._finals_taken = False  # a stop() under way took the final snapshots already
+        self.retired: list[threading.Thread] = []
+        """Idle worker threads let go at the last stop() (they end promptly; ``SyncMonitor.close()`` joins them)."""
 
     @property
     def sinks(self) -> list[Any]:
@@ -264,21 +272,68 @@ class Monitor:
             if record is not None:
                 logged[watch.name] = record.metrics
         if pending:
-            records = await asyncio.gather(*(poller.complete(w, raw) for w, raw in pending))
-            for record in records:
+            for record in await self._complete(pending):
                 if record is not None:
                     logged[record.name] = record.metrics
-        for channel in self._channels:
-            await channel.settle()
+        # every sink writes at once, each in its own task: a hung one holds back none of the others
+        waiters = [channel.request() for channel in self._channels]
+        try:
+            for waiter in waiters:
+                if waiter is not None:
+                    await waiter
+        finally:
+            for waiter in waiters:
+                if waiter is not None and not waiter.done():
+                    waiter.cancel()
         self._raise_pending()
         return logged
 
+    async def _complete(self, pending: list[tuple[Watch, Any]], force: bool = False) -> list[Record | None]:
+        """Awaits the awaitable ``stats()`` results of one step at once, each under its watch's timeout.
+
+        Each runs in a task of its own: a ``stats()`` that ignores its
+        cancellation is left behind after its timeout (and its watch skipped
+        until it returns, see :meth:`Poller.left_behind`).
+        """
+        loop = asyncio.get_running_loop()
+        poller = self._poller
+        tasks = [loop.create_task(poller.complete(w, raw, force)) for w, raw in pending]
+        limit = max(w.timeout for w, _ in pending) + _GRACE
+        try:
+            await asyncio.wait(tasks, timeout=limit)
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            raise
+        records: list[Record | None] = []
+        for (watch, _), task in zip(pending, tasks, strict=True):
+            if task.done():
+                records.append(task.result())
+            else:
+                poller.left_behind(watch, task)
+                records.append(None)
+        return records
+
     async def flush(self) -> None:
-        """Waits until every queued record is written, then flushes every sink."""
-        for channel in self._channels:
-            await channel.settle()
-        for channel in self._channels:
-            await channel.call("flush")
+        """Writes every queued record, then flushes every sink; returns within about ``stop_timeout``.
+
+        A sink that does not write what was queued within ``stop_timeout``
+        seconds (hung) is not flushed; its records stay queued, with a
+        warning. Every sink is waited for at once.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.stop_timeout
+        channels = self._channels
+        waiters = [channel.request() for channel in channels]
+        settled = [await wait_for_waiter(waiter, max(0.0, deadline - loop.time())) for waiter in waiters]
+        for channel, done in zip(channels, settled, strict=True):
+            if not done:
+                log.warning(
+                    "flush(): sink %r did not write its queued records within stop_timeout=%gs; "
+                    "they stay queued", channel.label, self.stop_timeout,
+                )
+        left = max(0.0, deadline - loop.time())
+        await asyncio.gather(*(c.call("flush", left) for c, done in zip(channels, settled, strict=True) if done))
         self._raise_pending()
 
     # ------------------------------------------------------------ background mode
@@ -290,11 +345,14 @@ class Monitor:
         polls are spread over the interval instead of making one burst.
         """
         if self._loop is not None:
-            return self
+            if not self._finals_taken:
+                return self
+            await self.stop()  # a stop() cancelled half way: finish it, then start afresh
         self._raise_pending()
         self._loop = asyncio.get_running_loop()
         self._stop_event = asyncio.Event()
         self._stopped = False
+        self._finals_taken = False
         for channel in self._channels:
             channel.start()
         for watch in self._watches.values():
@@ -306,33 +364,48 @@ class Monitor:
 
         A final snapshot is taken of each watch whose ``log_on_close`` holds
         (``log_final`` overrides). Returns within about ``stop_timeout`` plus
-        the longest watch timeout even when a target or a sink hangs (with
-        ``close_sinks=True``, closing the sinks gets another ``stop_timeout``;
-        a sink that does not close in time is left with a warning). A second
-        call is a no-op. With ``on_error="raise"`` the first error is raised
-        here unless it was raised already.
+        twice the longest watch timeout, whatever hangs, even a ``stats()``
+        or a sink that ignores its cancellation: a target that does not
+        answer in time loses its final snapshot, a sink that does not drain
+        within ``stop_timeout`` is abandoned (what it still held counted in
+        ``sink/<label>/abandoned``), both with a warning. With
+        ``close_sinks=True``, closing the sinks gets another ``stop_timeout``.
+        A second call is a no-op, unless the first was cancelled half way: it
+        then finishes the job. With ``on_error="raise"`` the first error is
+        raised here unless it was raised already.
         """
-        if self._stop_lock is None:
-            self._stop_lock = asyncio.Lock()
-        async with self._stop_lock:
+        async with self._stop_lock_here():
             if self._stopped:
                 self._raise_pending()
                 return
-            self._stopped = True
-            await self._cancel_polls()
-            if self._errors.error is None:
-                await self._final_snapshots(log_final)
+            if not self._finals_taken:
+                await self._cancel_polls()
+                if self._errors.error is None:
+                    await self._final_snapshots(log_final)
+                self._finals_taken = True
             await self._drain_and_flush()
-            for channel in self._channels:
-                await channel.halt()
+            await asyncio.gather(*(channel.halt(_GRACE) for channel in self._channels))
             if self.close_sinks:
-                await asyncio.gather(
-                    *(channel.call("close", self.stop_timeout) for channel in self._channels)
-                )
+                await asyncio.gather(*(channel.call("close", self.stop_timeout) for channel in self._channels))
+            self._retire_threads()
+            self._stopped = True
+            self._finals_taken = False
             if self._stop_event is not None:
                 self._stop_event.set()
             self._loop = None
         self._raise_pending()
+
+    def _stop_bound(self) -> float:
+        """Seconds within which stop() returns, whatever hangs (see its docstring), with some slack."""
+        longest = max((w.timeout for w in self._watches.values()), default=0.0)
+        return 2 * longest + (2 if self.close_sinks else 1) * self.stop_timeout + 4 * _GRACE + 1.0
+
+    def _stop_lock_here(self) -> asyncio.Lock:
+        """The lock that serialises stop() calls, made for the running loop (a restart may use another)."""
+        loop = asyncio.get_running_loop()
+        if self._stop_lock is None or self._stop_lock[0] is not loop:
+            self._stop_lock = (loop, asyncio.Lock())
+        return self._stop_lock[1]
 
     async def run(self) -> None:
         """Starts, then waits until :meth:`stop` is called or the task is cancelled; cleans up like stop()."""
@@ -366,12 +439,18 @@ class Monitor:
             self._stop_event.set()
 
     async def _cancel_polls(self) -> None:
+        """Cancels every poll task; waits for them at most the longest watch timeout (or stop_timeout).
+
+        A poll task cancelled while it awaits ``stats()`` ends at once unless
+        that ``stats()`` ignores the cancel: such a task is left behind.
+        """
         tasks = list(self._tasks.values())
         self._tasks.clear()
         for task in tasks:
             task.cancel()
         if tasks:
-            await asyncio.wait(tasks, timeout=self.stop_timeout)
+            longest = max((w.timeout for w in self._watches.values()), default=self.stop_timeout)
+            await asyncio.wait(tasks, timeout=min(self.stop_timeout, longest))
 
     async def _final_snapshots(self, log_final: bool | None) -> None:
         watches = [
@@ -379,14 +458,36 @@ class Monitor:
         ]
         if not watches:
             return
+        # each in a task of its own, so that no user code runs in the stopping task (it may be a
+        # cancelled run(), where a stray CancelledError would read as a real cancel)
         poller = self._poller
-        for watch, record in zip(watches, await asyncio.gather(*(poller.poll(w, force=True) for w in watches)), strict=True):
-            if record is None and watch.failing:
+        loop = asyncio.get_running_loop()
+        tasks = [loop.create_task(poller.poll(w, force=True)) for w in watches]
+        limit = max(w.timeout for w in watches) + _GRACE
+        try:
+            await asyncio.wait(tasks, timeout=limit)
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            raise
+        for watch, task in zip(watches, tasks, strict=True):
+            if not task.done():
+                poller.left_behind(watch, task)
+            elif not task.cancelled() and task.exception() is None and task.result() is not None:
+                continue
+            if watch.failing:
                 log.warning("final snapshot of watch %r skipped: its stats() failed or hung", watch.name)
 
     async def _drain_and_flush(self) -> None:
         """Drains and flushes every sink at once, so a hung sink never eats another's stop_timeout."""
         await asyncio.gather(*(channel.finish(self.stop_timeout) for channel in self._channels))
+
+    def _retire_threads(self) -> None:
+        """Lets the idle worker threads (thread-offloaded stats(), blocking sinks) end now, not after 10 s."""
+        retired = self._pool.retire() if self._pool is not None else []
+        for channel in self._channels:
+            retired.extend(channel.retire_threads())
+        self.retired = retired
 
     def _raise_pending(self) -> None:
         error = self._errors.take()

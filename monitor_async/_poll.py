@@ -16,10 +16,11 @@ import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from ._bounded import as_error, must_propagate
 from ._callers import Busy, InlineCaller, ThreadCaller
 from ._channel import Channel
 from ._errors import ErrorPolicy, describe, log
-from ._exceptions import PollTimeoutError
+from ._exceptions import PollError, PollTimeoutError
 from ._record import Record
 from ._threads import WorkerPool
 from ._watch import Watch
@@ -45,9 +46,13 @@ class Counters:
 
 
 class Poller:
-    """What a poll needs from the monitor: counters, channels, error policy, threads."""
+    """What a poll needs from the monitor: counters, channels, error policy, threads.
 
-    __slots__ = ("channels", "counters", "errors", "pool", "ticks")
+    Whatever a ``stats()`` raises is a failure of its watch (see
+    :mod:`monitor_async._bounded` for the two exceptions that propagate).
+    """
+
+    __slots__ = ("channels", "counters", "errors", "pool", "stuck", "ticks")
 
     def __init__(
         self,
@@ -61,17 +66,47 @@ class Poller:
         self.errors = errors
         self.pool = pool
         self.ticks: Ticks | None = None
+        self.stuck: dict[Watch, asyncio.Task[Any]] = {}
+        """Watches whose awaited ``stats()`` ignored its cancellation, with the task left behind."""
 
     def begin(self, watch: Watch) -> Any:
         """Calls ``stats()``; returns the raw result, or :data:`SKIPPED`."""
         self.counters.polls += 1
+        if self.stuck and self._still_stuck(watch):
+            self.counters.polls_missed += 1
+            return SKIPPED
         try:
             return watch.caller.call()
         except Busy:
             self.counters.polls_missed += 1
         except Exception as exc:  # noqa: BLE001 - reported through on_error
             self.fail(watch, f"stats() of watch {watch.name!r} raised {describe(exc)}", exc)
+        except BaseException as exc:
+            if must_propagate(exc):
+                raise
+            self.fail(watch, f"stats() of watch {watch.name!r} raised {describe(exc)}", exc)
         return SKIPPED
+
+    def _still_stuck(self, watch: Watch) -> bool:
+        task = self.stuck.get(watch)
+        if task is None:
+            return False
+        if task.done() or task.get_loop().is_closed():
+            del self.stuck[watch]
+            return False
+        return True
+
+    def left_behind(self, watch: Watch, task: asyncio.Task[Any]) -> None:
+        """An awaited poll of ``watch`` outlived its timeout, its cancel ignored: skip the watch until it ends."""
+        task.cancel()
+        self.stuck[watch] = task
+        self.counters.polls_timed_out += 1
+        self.fail(
+            watch,
+            f"stats() of watch {watch.name!r} did not return within {watch.timeout:g}s and ignored its "
+            "cancellation; the watch is skipped until that call returns",
+            PollTimeoutError(f"stats() of watch {watch.name!r} timed out after {watch.timeout:g}s"),
+        )
 
     def answer(self, watch: Watch) -> Awaitable[Any] | None:
         """One background poll: a plain answer is finished here (``None``), an awaitable one is returned."""
@@ -103,6 +138,11 @@ class Poller:
         except Exception as exc:  # noqa: BLE001
             self.fail(watch, f"stats() of watch {watch.name!r} raised {describe(exc)}", exc)
             return None
+        except BaseException as exc:
+            if must_propagate(exc):
+                raise
+            self.fail(watch, f"stats() of watch {watch.name!r} raised {describe(exc)}", exc)
+            return None
         return self.finish(watch, raw, force)
 
     def finish(self, watch: Watch, raw: Any, force: bool = False) -> Record | None:
@@ -111,6 +151,11 @@ class Poller:
             record, dropped = watch.snapshot(raw, force=force)
         except Exception as exc:  # noqa: BLE001
             self.fail(watch, str(exc) if isinstance(exc, TypeError) else f"watch {watch.name!r}: {describe(exc)}", exc)
+            return None
+        except BaseException as exc:  # a value's __float__ raising KeyboardInterrupt...
+            if must_propagate(exc):
+                raise
+            self.fail(watch, f"watch {watch.name!r}: {describe(exc)}", exc)
             return None
         watch.failing = False
         counters = self.counters
@@ -126,7 +171,7 @@ class Poller:
 
     def fail(self, watch: Watch, message: str, exc: BaseException) -> None:
         self.counters.polls_failed += 1
-        self.errors.report(message, exc, first=not watch.failing)
+        self.errors.report(message, as_error(exc, PollError, message), first=not watch.failing)
         watch.failing = True
 
     def promote(self, watch: Watch) -> None:
