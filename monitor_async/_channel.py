@@ -1,14 +1,15 @@
 """The drop-oldest channel between the poll tasks and one sink, and its writer.
 
-Each sink gets one bounded queue (a deque that belongs to no event loop, so
-a monitor restarted on another loop keeps its channels). :meth:`Channel.put`
-never waits: when the queue is full the *oldest* queued record is dropped and
-counted, so polling never waits for a sink and memory stays bounded. The
-writer task takes whatever is queued (up to ``max_batch`` records) and awaits
-one ``sink.write(batch)``; records of one watch reach the sink in order, and a
-sink never has two writes in flight. More than ``max_batch`` waiting (a
-backlog, or a gathered run) go out as batches of ``max_batch`` in one
-``sink.write_batches(batches)`` call when the sink has it.
+Each sink gets one bounded queue (:class:`~monitor_async._queue.RecordQueue`:
+``put`` never waits, a full queue drops its oldest record, every record is
+accounted for). The writer task takes whatever is queued (up to
+``max_batch`` records) and awaits one ``sink.write(batch)``; records of one
+watch reach the sink in order, and a sink never has two writes in flight.
+More than ``max_batch`` waiting (a backlog, or a gathered run) go out as
+batches of ``max_batch`` in one ``sink.write_batches(batches)`` call when the
+sink has it. Without a background writer (manual ``step()``), a drain task of
+the channel's own does the writing, never the caller's task: a sink that
+hangs or ignores its cancellation holds only that task.
 
 In background mode the writer lets records gather first: it writes once
 :attr:`Channel.gather` records wait (half the queue, so gathering never makes
@@ -21,22 +22,12 @@ and ``stop()`` write at once. Fewer writes, made together, cost the rest of the
 program less: every write through a worker thread wakes threads that must
 each take the GIL from it, and a writer that runs between the poll tasks of
 one tick makes the later ones late.
-
-Accounting: every record put is *delivered*; it then waits in the queue
-(*queued*), is in the write under way, or has left for good: *written*,
-*dropped* (pushed out of a full queue, or lost with a write that raised) or
-*abandoned* (still queued or being written when ``stop()`` gave up on a hung
-sink). Outside a write, ``written + dropped + queued + abandoned ==
-delivered``; a write that returns after its records were abandoned changes
-nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
@@ -44,10 +35,11 @@ from ._bounded import as_error, call_guarded, must_propagate, wait_done
 from ._errors import ErrorPolicy, describe, log
 from ._exceptions import SinkError
 from ._logger import as_sink, is_async_callable
+from ._queue import RecordQueue, wait_for_waiter
 from ._record import Record
 from ._sink import ThreadedSink
 
-__all__ = ["Channel", "channels_for", "wait_for_waiter"]
+__all__ = ["Channel", "channels_for"]
 
 
 def channels_for(
@@ -80,40 +72,24 @@ def channels_for(
     return channels
 
 
-class Channel:
+class Channel(RecordQueue):
     """One sink, its queue, its writer task and its counters."""
 
     def __init__(
         self, sink: Any, label: str, queue_size: int, max_batch: int, errors: ErrorPolicy,
         batch_wait: float = 0.0,
     ) -> None:
+        super().__init__(label, queue_size, max_batch)
         self.sink = sink
-        self.label = label
-        self.queue: deque[Record] = deque()
-        self.size = queue_size
-        self.max_batch = max_batch
         self.batch_wait = batch_wait
         self.gather = max(1, queue_size // 2)
         """Records waiting that start writing at once."""
         self.errors = errors
-        self.head = 0
-        """Records that ever left the queue (taken by a write, or dropped): the next one's number."""
-        self.written = 0
-        self.dropped = 0
-        self.abandoned = 0
         self.failures = 0
         self.write_seconds = 0.0
         self.failing = False
-        self.dropping = False
-        self.writing: int | None = None
-        """The number of the first record of the write in flight, if one is."""
-        self.in_flight = 0
-        self.epoch = 0  # moves on at each abandon(): a write from before it counts for nothing
         self.task: asyncio.Task[None] | None = None  # the background writer
         self._drains: set[asyncio.Task[None]] = set()  # the writing of manual mode (no background writer)
-        self._wake: asyncio.Future[None] | None = None  # the writer waits for records on it
-        self._wake_at = 1
-        self._settlers: list[tuple[int, asyncio.Future[None]]] = []  # while one waits, nothing gathers
         # a sink's own figures (a network sink's retries, spool size...), added to monitor.stats()
         counters = getattr(sink, "counters", None)
         self._counters: Callable[[], Mapping[str, float]] | None = counters if callable(counters) else None
@@ -122,50 +98,7 @@ class Channel:
             many if is_async_callable(many) else None
         )
 
-    # ------------------------------------------------------------------ putting
-    def put(self, record: Record) -> None:
-        """Queues ``record``, dropping the oldest queued record when full. Never waits."""
-        queue = self.queue
-        if len(queue) >= self.size:
-            self._drop_oldest()
-        queue.append(record)
-        if self._wake is not None and len(queue) >= self._wake_at:
-            self._release()
-
-    def _drop_oldest(self) -> None:
-        """Makes room in a full queue: the oldest record goes, counted (and warned of once per episode)."""
-        self.queue.popleft()
-        self.head += 1
-        self.dropped += 1
-        if not self.dropping:
-            self.dropping = True
-            log.warning(
-                "sink %r is falling behind: dropping its oldest queued records "
-                "(queue_size=%d); drops are counted in monitor.stats()['sink/%s/dropped']",
-                self.label, self.size, self.label,
-            )
-        if self._settlers:
-            self._wake_settlers()
-
-    def _release(self) -> None:
-        waiter, self._wake = self._wake, None
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
     # ------------------------------------------------------------------ writing
-    def _take(self) -> list[Record]:
-        """The next batch: up to ``max_batch`` records from the front of the queue."""
-        queue = self.queue
-        if len(queue) <= self.max_batch:
-            batch = list(queue)
-            queue.clear()
-            self.dropping = False
-        else:
-            popleft = queue.popleft
-            batch = [popleft() for _ in range(self.max_batch)]
-        self.head += len(batch)
-        return batch
-
     async def _write(self, many: bool, left: int) -> int:
         """Takes the next batch (with ``many``, every batch of the next ``left`` records) and writes it.
 
@@ -251,53 +184,6 @@ class Channel:
             while left > 0 and queue and self.writing is None:
                 left -= await self._write(many, left)
 
-    async def _idle(self, count: int, wait: float | None) -> None:
-        """Returns once ``count`` records wait, ``wait`` seconds have passed, or a settle() hurries."""
-        loop = asyncio.get_running_loop()
-        self._wake_at = count
-        self._wake = waiter = loop.create_future()
-        timer = None if wait is None else loop.call_later(wait, self._release)
-        try:
-            await waiter
-        finally:
-            if timer is not None:
-                timer.cancel()
-            if self._wake is waiter:
-                self._wake = None
-
-    # ---------------------------------------------------------------- settling
-    def _oldest(self) -> int:
-        """The number of the oldest record that has not left the channel yet."""
-        writing = self.writing
-        return self.head if writing is None else writing
-
-    def _wake_settlers(self) -> None:
-        oldest = self._oldest()
-        waiting = []
-        for target, waiter in self._settlers:
-            if waiter.done():
-                continue
-            if target <= oldest:
-                with contextlib.suppress(RuntimeError):  # its loop closed (a caller that gave up)
-                    waiter.set_result(None)
-            else:
-                waiting.append((target, waiter))
-        self._settlers = waiting
-
-    def _waiter(self, target: int) -> asyncio.Future[None]:
-        """A future done once every record numbered below ``target`` has left the channel."""
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._settlers.append((target, waiter))
-        return waiter
-
-    async def _after(self, target: int) -> None:
-        waiter = self._waiter(target)
-        try:
-            await waiter
-        finally:
-            if not waiter.done():
-                waiter.cancel()
-
     async def _drain(self) -> None:
         """The writing of manual mode, in a task of its own: writes until nothing is queued, one batch per write."""
         me = asyncio.current_task()
@@ -367,24 +253,6 @@ class Channel:
         self._wake = None
         return ended
 
-    def abandon(self) -> int:
-        """Gives up on what is queued and on the write in flight (a hung sink at stop); returns how many.
-
-        They are counted as abandoned; if the write in flight returns later,
-        it changes no counter.
-        """
-        queue = self.queue
-        lost = len(queue) + self.in_flight
-        self.head += len(queue)
-        queue.clear()
-        self.abandoned += lost
-        self.in_flight = 0
-        self.writing = None
-        self.epoch += 1
-        self.dropping = False
-        self._wake_settlers()
-        return lost
-
     async def finish(self, stop_timeout: float) -> bool:
         """At stop: write what is queued, then flush, within ``stop_timeout``; else abandon, with a warning.
 
@@ -440,13 +308,8 @@ class Channel:
 
     def report(self, out: dict[str, float]) -> None:
         """Adds this sink's ``sink/<label>/...`` figures to ``out`` (``Monitor.stats()``)."""
+        super().report(out)
         prefix = f"sink/{self.label}/"
-        queued = len(self.queue)
-        out[prefix + "queued"] = float(queued)
-        out[prefix + "written"] = float(self.written)
-        out[prefix + "dropped"] = float(self.dropped)
-        out[prefix + "abandoned"] = float(self.abandoned)
-        out[prefix + "delivered"] = float(self.head + queued)
         out[prefix + "errors"] = float(self.failures)
         out[prefix + "write_seconds"] = self.write_seconds
         counters = self._counters
@@ -457,18 +320,3 @@ class Channel:
                     out.setdefault(prefix + key, float(value))
             except Exception:  # noqa: BLE001 - a sink's own figures never break monitor.stats()
                 log.debug("sink %r: counters() failed", self.label, exc_info=True)
-
-
-async def wait_for_waiter(waiter: asyncio.Future[None] | None, limit: float | None = None) -> bool:
-    """Awaits a :meth:`Channel.request` future at most ``limit`` seconds; False when the time ran out."""
-    if waiter is None:
-        return True
-    try:
-        async with asyncio.timeout(limit):
-            await waiter
-    except TimeoutError:
-        return False
-    finally:
-        if not waiter.done():
-            waiter.cancel()
-    return True

@@ -4,55 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import math
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
 from ._callers import OFFLOADS, Offload, make_caller
-from ._channel import channels_for, wait_for_waiter
+from ._channel import channels_for
 from ._errors import ON_ERROR, ErrorPolicy, OnError, log
 from ._exceptions import ConfigError, WatchTypeError
-from ._poll import SKIPPED, Counters, Poller, poll_forever
-from ._record import Record
+from ._options import default_name, positive
+from ._poll import GRACE, SKIPPED, Counters, Poller, poll_forever
+from ._queue import wait_for_waiter
 from ._schedule import Every
 from ._threads import WorkerPool
 from ._watch import Watch
 
 __all__ = ["Monitor"]
-
-_GRACE = 0.25
-"""Seconds granted past a deadline for a cancelled task to end before it is left behind."""
-
-
-def _positive(name: str, value: float | None, *, integer: bool = False, zero: bool = False) -> None:
-    """Raises ``ValueError`` naming the option unless ``value`` is a finite number > 0 (>= 0 with ``zero``).
-
-    ``None`` passes (an option left to its default), except for an option that may be ``0``.
-    """
-    if value is None:
-        ok = not zero
-    elif isinstance(value, bool) or not isinstance(value, int if integer else (int, float)):
-        ok = False
-    else:
-        ok = (value >= 0 if zero else value > 0) and (integer or not math.isinf(value))
-    if not ok:
-        kind = "a positive integer" if integer else "a finite number of seconds >= 0" if zero else (
-            "a strictly positive number of seconds"
-        )
-        raise ConfigError(f"Monitor: {name} must be {kind}, got {value!r}")
-
-
-def _default_name(target: Any) -> str:
-    """The lowercase class name; for a manager proxy or a Ray actor handle, the class behind it."""
-    name = type(target).__name__
-    if name.startswith("AutoProxy[") and name.endswith("]"):
-        name = name[len("AutoProxy[") : -1]
-    elif name == "ActorHandle":
-        descriptor = getattr(target, "_ray_actor_creation_function_descriptor", None)
-        name = (getattr(descriptor, "class_name", None) or name).rpartition(".")[2]
-    return name.lower()
 
 
 class Monitor:
@@ -72,10 +40,25 @@ class Monitor:
           it, else one ``write`` after another); ``step()``, ``flush()`` and
           ``stop()`` write everything queued at once. ``batch_wait=0`` writes
           as soon as anything is queued.
-        - ``stop()`` returns within a bounded time: a hung target's final
-          snapshot is skipped, and a sink that does not drain within
-          ``stop_timeout`` seconds is abandoned (its queued records counted as
-          dropped), both with a warning.
+        - ``stop()`` and ``flush()`` return within a bounded time whatever
+          hangs, even a ``stats()`` or a sink that ignores its cancellation:
+          a hung target's final snapshot is skipped, and a sink that does not
+          drain within ``stop_timeout`` seconds is abandoned (what it held
+          counted in ``sink/<label>/abandoned``), both with a warning. What
+          ignores its cancellation is left behind on the loop (it cannot be
+          killed).
+        - ``step()`` writes to every sink at once: a hung sink holds back
+          none of the others, only ``step()``'s return.
+        - ``KeyboardInterrupt``, ``SystemExit`` or a stray ``CancelledError``
+          raised by a ``stats()`` or a sink is a failure of that watch or
+          sink (counted, reported through ``on_error``), never the end of the
+          loop, a writer or ``step()``; a real cancel of the caller
+          propagates.
+        - For each sink, ``written + dropped + queued + abandoned ==
+          delivered`` whenever no write is under way (always after
+          ``stop()``).
+        - ``start()`` after ``stop()`` starts again, on the same loop or
+          another one.
         - The monitor never closes targets, and closes sinks only when built
           with ``close_sinks=True``.
 
@@ -111,14 +94,14 @@ class Monitor:
     ) -> None:
         if on_error not in ON_ERROR:
             raise ConfigError(f"Monitor: on_error must be 'warn', 'raise' or 'ignore', got {on_error!r}")
-        _positive("poll_interval", poll_interval)
-        _positive("poll_timeout", poll_timeout)
-        _positive("stop_timeout", stop_timeout)
-        _positive("queue_size", queue_size, integer=True)
-        _positive("max_batch", max_batch, integer=True)
-        _positive("thread_limit", thread_limit, integer=True)
-        _positive("max_values", max_values, integer=True)
-        _positive("batch_wait", batch_wait, zero=True)
+        positive("poll_interval", poll_interval)
+        positive("poll_timeout", poll_timeout)
+        positive("stop_timeout", stop_timeout)
+        positive("queue_size", queue_size, integer=True)
+        positive("max_batch", max_batch, integer=True)
+        positive("thread_limit", thread_limit, integer=True)
+        positive("max_values", max_values, integer=True)
+        positive("batch_wait", batch_wait, zero=True)
         self.poll_interval = float(poll_interval)
         self.poll_timeout = poll_timeout
         self.stop_timeout = float(stop_timeout)
@@ -185,8 +168,8 @@ class Monitor:
         """
         if offload not in OFFLOADS:
             raise ConfigError(f"watch: offload must be 'auto', 'inline' or 'thread', got {offload!r}")
-        _positive("poll_interval", poll_interval)
-        _positive("timeout", timeout)
+        positive("poll_interval", poll_interval)
+        positive("timeout", timeout)
         if schedule is not None and not isinstance(schedule, Every):
             # TorchRL's Every (or any object with kind/interval/key) is accepted and validated.
             schedule = Every(kind=schedule.kind, interval=schedule.interval, key=getattr(schedule, "key", None))
@@ -200,7 +183,7 @@ class Monitor:
         elif not callable(stats_fn):
             raise WatchTypeError(f"watch: stats_fn must be callable, got {type(stats_fn).__name__}")
         if name is None:
-            base = _default_name(target)
+            base = default_name(target)
             name, n = base, 0
             while name in self._watches:
                 n += 1
@@ -254,9 +237,10 @@ class Monitor:
         """Polls every target once, writes what is due to every sink, returns it.
 
         Returns ``{watch name: {"<name>/<metric>": value}}`` for the targets
-        that logged. Sinks have written the records when it returns. With
-        ``on_error="raise"`` the first failure is raised after the others were
-        polled and written.
+        that logged. Sinks have written the records when it returns (each
+        sink in a task of its own, all at once). An awaitable ``stats()`` is
+        awaited under its watch's timeout. With ``on_error="raise"`` the first
+        failure is raised after the others were polled and written.
         """
         poller = self._poller
         logged: dict[str, dict[str, float]] = {}
@@ -272,7 +256,7 @@ class Monitor:
             if record is not None:
                 logged[watch.name] = record.metrics
         if pending:
-            for record in await self._complete(pending):
+            for record in await poller.complete_all(pending):
                 if record is not None:
                     logged[record.name] = record.metrics
         # every sink writes at once, each in its own task: a hung one holds back none of the others
@@ -287,32 +271,6 @@ class Monitor:
                     waiter.cancel()
         self._raise_pending()
         return logged
-
-    async def _complete(self, pending: list[tuple[Watch, Any]], force: bool = False) -> list[Record | None]:
-        """Awaits the awaitable ``stats()`` results of one step at once, each under its watch's timeout.
-
-        Each runs in a task of its own: a ``stats()`` that ignores its
-        cancellation is left behind after its timeout (and its watch skipped
-        until it returns, see :meth:`Poller.left_behind`).
-        """
-        loop = asyncio.get_running_loop()
-        poller = self._poller
-        tasks = [loop.create_task(poller.complete(w, raw, force)) for w, raw in pending]
-        limit = max(w.timeout for w, _ in pending) + _GRACE
-        try:
-            await asyncio.wait(tasks, timeout=limit)
-        except BaseException:
-            for task in tasks:
-                task.cancel()
-            raise
-        records: list[Record | None] = []
-        for (watch, _), task in zip(pending, tasks, strict=True):
-            if task.done():
-                records.append(task.result())
-            else:
-                poller.left_behind(watch, task)
-                records.append(None)
-        return records
 
     async def flush(self) -> None:
         """Writes every queued record, then flushes every sink; returns within about ``stop_timeout``.
@@ -384,7 +342,7 @@ class Monitor:
                     await self._final_snapshots(log_final)
                 self._finals_taken = True
             await self._drain_and_flush()
-            await asyncio.gather(*(channel.halt(_GRACE) for channel in self._channels))
+            await asyncio.gather(*(channel.halt(GRACE) for channel in self._channels))
             if self.close_sinks:
                 await asyncio.gather(*(channel.call("close", self.stop_timeout) for channel in self._channels))
             self._retire_threads()
@@ -398,7 +356,7 @@ class Monitor:
     def _stop_bound(self) -> float:
         """Seconds within which stop() returns, whatever hangs (see its docstring), with some slack."""
         longest = max((w.timeout for w in self._watches.values()), default=0.0)
-        return 2 * longest + (2 if self.close_sinks else 1) * self.stop_timeout + 4 * _GRACE + 1.0
+        return 2 * longest + (2 if self.close_sinks else 1) * self.stop_timeout + 4 * GRACE + 1.0
 
     def _stop_lock_here(self) -> asyncio.Lock:
         """The lock that serialises stop() calls, made for the running loop (a restart may use another)."""
@@ -458,24 +416,8 @@ class Monitor:
         ]
         if not watches:
             return
-        # each in a task of its own, so that no user code runs in the stopping task (it may be a
-        # cancelled run(), where a stray CancelledError would read as a real cancel)
-        poller = self._poller
-        loop = asyncio.get_running_loop()
-        tasks = [loop.create_task(poller.poll(w, force=True)) for w in watches]
-        limit = max(w.timeout for w in watches) + _GRACE
-        try:
-            await asyncio.wait(tasks, timeout=limit)
-        except BaseException:
-            for task in tasks:
-                task.cancel()
-            raise
-        for watch, task in zip(watches, tasks, strict=True):
-            if not task.done():
-                poller.left_behind(watch, task)
-            elif not task.cancelled() and task.exception() is None and task.result() is not None:
-                continue
-            if watch.failing:
+        for watch, record in zip(watches, await self._poller.poll_all(watches, force=True), strict=True):
+            if record is None and watch.failing:
                 log.warning("final snapshot of watch %r skipped: its stats() failed or hung", watch.name)
 
     async def _drain_and_flush(self) -> None:
@@ -500,8 +442,10 @@ class Monitor:
 
         Keys: ``polls``, ``polls_failed``, ``polls_timed_out``, ``polls_missed``,
         ``records``, ``values_dropped``, ``watches`` and, per sink label,
-        ``sink/<label>/queued`` (records waiting now), ``written``, ``dropped``,
-        ``errors`` and ``write_seconds``.
+        ``sink/<label>/queued`` (records waiting now), ``written``, ``dropped``
+        (pushed out of a full queue, or lost with a failed write),
+        ``abandoned`` (given up on at ``stop()``: the sink hung), ``delivered``
+        (every record handed to the sink), ``errors`` and ``write_seconds``.
         """
         c = self._counters
         out = {
