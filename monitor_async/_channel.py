@@ -188,7 +188,8 @@ class Channel(RecordQueue):
         """The writing of manual mode, in a task of its own: writes until nothing is queued, one batch per write."""
         me = asyncio.current_task()
         try:
-            while self.queue or self.writing is not None:
+            # a drain halted while its sink ignored the cancel ends here (it is no longer in _drains)
+            while me in self._drains and (self.queue or self.writing is not None):
                 if self.writing is not None:  # another write in flight (a writer left behind): after it
                     await self._after(self.writing + 1)
                 else:
