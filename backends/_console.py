@@ -3,51 +3,36 @@
 from __future__ import annotations
 
 import importlib.util
-import math
 import sys
-import threading
 import time
 from collections.abc import Sequence
 from typing import Any, TextIO
 
 from monitor_async import Record, ThreadedSink
 
+from ._table import WatchTable, eng, is_monitor, monitor_items, short, split_rates
+
 __all__ = ["ConsoleSink"]
-
-_RATE = "_per_second"
-
-
-def _number(value: float) -> str:
-    if math.isfinite(value) and value == int(value) and abs(value) < 1e15:
-        return str(int(value))
-    return f"{value:.4g}"
-
-
-def _short(record: Record) -> list[tuple[str, float, bool]]:
-    """``(metric, value, is_rate)`` without the ``"<name>/"`` prefix; rates shown as ``<key>/s``."""
-    cut = len(record.name) + 1
-    out = []
-    for key, value in record.metrics.items():
-        metric = key[cut:] if key.startswith(record.name + "/") else key
-        rate = metric.endswith(_RATE)
-        if rate:
-            metric = metric[: -len(_RATE)] + "/s"
-        out.append((metric, value, rate))
-    return out
-
-
-def _drops(record: Record) -> float | None:
-    """The sum of the record's ``.../dropped`` counters (e.g. ``sink/<label>/dropped``), if any."""
-    found = [v for k, v in record.metrics.items() if k.endswith("/dropped")]
-    return sum(found) if found else None
 
 
 def line(record: Record) -> str:
-    """One compact line: ``HH:MM:SS name [step N] metric=value ...``."""
-    parts = [time.strftime("%H:%M:%S", time.localtime(record.time)), record.name]
+    """One compact line: ``HH:MM:SS name [step=N] metric=value ... rate/s=value``, numbers as :func:`eng` writes them.
+
+    A monitor watching itself gets its one-line summary instead:
+    ``HH:MM:SS monitor: polls 309 · records 222 · dropped 0 · errors 0``.
+    """
+    clock = time.strftime("%H:%M:%S", time.localtime(record.time))
+    metrics = short(record)
+    if is_monitor(metrics):
+        items, _ = monitor_items(metrics)
+        return f"{clock} {record.name}: {' · '.join(items)}".replace("\n", "\\n")
+    parts = [clock, record.name]
     if record.step is not None:
         parts.append(f"step={record.step}")
-    parts.extend(f"{m}={_number(v)}" for m, v, _ in _short(record))
+    values, lone = split_rates(metrics)
+    parts.extend(f"{m}={eng(v)}" for m, v, _ in values)
+    parts.extend(f"{m}/s={eng(r)}" for m, _, r in values if r is not None)
+    parts.extend(f"{m}/s={eng(r)}" for m, r in lone)
     return " ".join(parts).replace("\n", "\\n")
 
 
@@ -63,12 +48,20 @@ class ConsoleSink(ThreadedSink):
 
     Guarantees:
         - Live mode (a terminal, rich installed, no tqdm bar open; or
-          ``live=True``): one table row per watch with its step, last update
-          age, drops (the sum of its ``*dropped`` counters, when it has any),
-          latest values, and rates (``<key>/s``), redrawn every ``refresh``
-          seconds by rich's refresh thread.
+          ``live=True``): one table row per watch with its step, the age of
+          its latest record, and its latest values, a counter beside its rate
+          (``frames 300k (88.6k/s)``), redrawn every ``refresh`` seconds by
+          rich's refresh thread. The table fits the terminal (at 80x24 the
+          demo's five watches show with all their values); a monitor watching itself
+          is one summary line (polls, records, drops, errors, values left
+          out; a sink named only when it dropped records or failed); wider
+          terminals get a rates column, then clock time and record counts.
+          When rows do not fit, each is cut to fewer lines before watches
+          are left out, and those are named under the table.
         - Line mode (anything else, or ``live=False``): one compact line per
-          record, at most one line per watch every ``min_interval`` seconds;
+          record (numbers in engineering notation: ``frames/s=88.6k``; a
+          monitor watching itself as its summary line), at
+          most one line per watch every ``min_interval`` seconds;
           records in between are skipped, and ``flush()`` (called by
           ``monitor.stop()``) prints each watch's latest record not yet
           shown. While a tqdm bar is open, lines go through ``tqdm.write`` so
@@ -77,6 +70,24 @@ class ConsoleSink(ThreadedSink):
           thread), never on the event loop, so a slow terminal never stalls
           polling. ``stream`` defaults to ``sys.stdout`` as it is at the first
           write. Constructing does no I/O and does not import rich.
+
+    Args:
+        stream: where to write; ``None``: ``sys.stdout`` as it is at the first write.
+        min_interval: line mode: seconds between two lines of one watch (>= 0).
+        refresh: live mode: seconds between two redraws (> 0).
+        live: ``True`` forces the live table (needs rich), ``False`` forces
+            lines, ``None`` picks the table on a terminal with rich installed
+            and no tqdm bar open.
+        title: live mode: the table's title (before its watch count and clock).
+        name: the sink's label in ``Monitor.stats()``.
+
+    Attributes:
+        table: the live table (a ``WatchTable``): the latest record of every
+            watch, laid out for the console at each redraw.
+
+    Raises:
+        ValueError: ``min_interval`` or ``refresh`` out of range.
+        ImportError: ``live=True`` without rich installed.
 
     Example:
         >>> import asyncio, io
@@ -102,6 +113,7 @@ class ConsoleSink(ThreadedSink):
         min_interval: float = 1.0,
         refresh: float = 0.5,
         live: bool | None = None,
+        title: str = "monitor-async",
         name: str | None = None,
     ) -> None:
         if not (isinstance(min_interval, (int, float)) and min_interval >= 0):
@@ -115,8 +127,7 @@ class ConsoleSink(ThreadedSink):
         self.refresh = float(refresh)
         self.live = live
         self.name = name
-        self._lock = threading.Lock()
-        self._rows: dict[str, tuple[Record, float]] = {}
+        self.table = WatchTable(title)
         self._shown: dict[str, float] = {}
         self._pending: dict[str, Record] = {}
         self._live: Any = None
@@ -142,45 +153,19 @@ class ConsoleSink(ThreadedSink):
         stream = self.stream
         redirect = stream is sys.stdout or stream is sys.stderr
         self._live = Live(
+            self.table,
             console=Console(file=stream, force_terminal=True),
-            get_renderable=self._table,
             refresh_per_second=1.0 / self.refresh,
             redirect_stdout=redirect,
             redirect_stderr=redirect,
         )
         self._live.start()
 
-    def _table(self) -> Any:
-        from rich.table import Table
-
-        with self._lock:
-            rows = list(self._rows.values())
-        now = time.monotonic()
-        table = Table(title="monitor-async", title_justify="left", expand=False)
-        for column in ("watch", "step", "age", "drops"):
-            table.add_column(column, justify="left" if column == "watch" else "right", no_wrap=True)
-        table.add_column("latest values", overflow="fold")
-        table.add_column("rates", overflow="fold")
-        for record, seen in rows:
-            drops = _drops(record)
-            pairs = _short(record)
-            table.add_row(
-                record.name,
-                "" if record.step is None else str(record.step),
-                f"{now - seen:.0f}s",
-                "" if drops is None else _number(drops),
-                "  ".join(f"{m} {_number(v)}" for m, v, rate in pairs if not rate),
-                "  ".join(f"{m} {_number(v)}" for m, v, rate in pairs if rate),
-            )
-        return table
-
     def write_blocking(self, records: Sequence[Record]) -> None:
-        now = time.monotonic()
         if self._live is not None:
-            with self._lock:
-                for r in records:
-                    self._rows[r.name] = (r, now)
+            self.table.update(records)
             return
+        now = time.monotonic()
         lines = []
         for r in records:
             last = self._shown.get(r.name)

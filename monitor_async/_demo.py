@@ -9,12 +9,16 @@ watching all three and itself, writing CSV, JSONL and TensorBoard files.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import importlib.util
 import math
 import random
+import shlex
 import sys
 import threading
 import time
 from collections import deque
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -145,72 +149,172 @@ class Learner:
         return {"updates": len(self.losses), "loss": self.losses[-1] if self.losses else 0.0}
 
 
-async def run_demo(seconds: float, logdir: Path, console: bool) -> int:
-    from .backends import CSVSink, JSONLSink, TensorBoardSink
+class DemoSystem:
+    """The simulated RL system the demo monitors: a collector thread, its replay buffer, a learner, a server.
 
+    Example:
+        >>> import asyncio
+        >>> from monitor_async.backends import MemorySink
+        >>> async def main():
+        ...     system, sink = DemoSystem(), MemorySink()
+        ...     monitor = Monitor(sink, poll_interval=0.05)
+        ...     system.watch(monitor)
+        ...     async with system.running(), monitor:
+        ...         await asyncio.sleep(0.3)
+        ...     return {r.name for r in sink.records}
+        >>> sorted(asyncio.run(main()))
+        ['collector', 'inference', 'learner', 'monitor', 'replay_buffer']
+    """
+
+    def __init__(self) -> None:
+        self.buffer = ReplayBuffer()
+        self.collector = Collector(self.buffer)
+        self.server = InferenceServer()
+        self.learner = Learner()
+
+    def watch(self, monitor: Monitor) -> None:
+        """Watches the four parts and ``monitor`` itself (as ``"monitor"``).
+
+        Args:
+            monitor: the monitor that watches them.
+        """
+        monitor.watch(self.collector, name="collector", schedule=Every.counter("frames", 20_000))
+        monitor.watch(self.buffer, name="replay_buffer", schedule=Every.seconds(0.5), step="write_count")
+        monitor.watch(self.server, name="inference", rate_keys=["requests", "batches"])
+        monitor.watch(self.learner, name="learner", step="updates")
+        monitor.watch(monitor, name="monitor", schedule=Every.seconds(1.0))
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """Runs the collector thread, the server and the learner until the block exits."""
+        self.collector.start()
+        background = [
+            asyncio.create_task(self.server.serve(), name="demo-server"),
+            asyncio.create_task(_learner(self.buffer, self.learner.losses), name="demo-learner"),
+        ]
+        try:
+            yield
+        finally:
+            self.collector.stop()
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
+
+    async def left_out(self) -> list[str]:
+        """``"<watch>: key=value"`` for each value of a snapshot now that is not a finite number."""
+        snapshots = {
+            "collector": self.collector.stats(),
+            "replay_buffer": self.buffer.stats(),
+            "inference": await self.server.stats(),
+            "learner": self.learner.stats(),
+        }
+        return [
+            f"{name}: {key}={value!r}"
+            for name, snapshot in snapshots.items()
+            for key, value in snapshot.items()
+            if isinstance(value, (str, bytes)) or not (isinstance(value, (int, float)) and math.isfinite(value))
+        ]
+
+
+def _new_run_dir(logdir: Path) -> Path:
     run_dir = logdir / time.strftime("%Y%m%d-%H%M%S")
     suffix = 1
     while run_dir.exists():
         run_dir = logdir / f"{time.strftime('%Y%m%d-%H%M%S')}-{suffix}"
         suffix += 1
+    return run_dir
+
+
+async def run_demo(seconds: float, logdir: Path, console: bool) -> int:
+    """Runs the demo for ``seconds`` into a new folder under ``logdir``; returns the exit code.
+
+    Args:
+        seconds: how long the simulated training runs.
+        logdir: the folder the run's folder is made in.
+        console: whether to show the live console table (rich) or lines.
+
+    Returns:
+        0, or 130 when interrupted (Ctrl-C): the files are whole and flushed either way.
+    """
+    from .backends import CSVSink, JSONLSink, TensorBoardSink
+
+    run_dir = _new_run_dir(logdir)
     sinks: list[Any] = [
         CSVSink(run_dir / "metrics.csv", name="csv"),
         JSONLSink(run_dir / "metrics.jsonl", name="jsonl"),
-        TensorBoardSink(run_dir / "tensorboard", flush_secs=1, name="tensorboard"),
+        # event files right in the run's folder: `tensorboard --logdir <logdir>` names the run after it
+        TensorBoardSink(run_dir, flush_secs=1, name="tensorboard"),
     ]
     if console:
         from .backends import ConsoleSink
 
-        sinks.append(ConsoleSink(sys.stdout, min_interval=1.0, name="console"))
+        sinks.append(ConsoleSink(sys.stdout, min_interval=1.0, title="monitor-async demo", name="console"))
     monitor = Monitor(sinks, poll_interval=0.25, close_sinks=True)
-    buffer = ReplayBuffer()
-    collector = Collector(buffer)
-    server = InferenceServer()
-    learner = Learner()
-    monitor.watch(collector, name="collector", schedule=Every.counter("frames", 20_000))
-    monitor.watch(buffer, name="replay_buffer", schedule=Every.seconds(0.5), step="write_count")
-    monitor.watch(server, name="inference", rate_keys=["requests", "batches"])
-    monitor.watch(learner, name="learner", step="updates")
-    monitor.watch(monitor, name="monitor", schedule=Every.seconds(1.0))
+    system = DemoSystem()
+    system.watch(monitor)
 
     print(f"monitor-async demo: {seconds:g} s of simulated training, writing to {run_dir}", flush=True)
-    collector.start()
-    background = [
-        asyncio.create_task(server.serve(), name="demo-server"),
-        asyncio.create_task(_learner(buffer, learner.losses), name="demo-learner"),
-    ]
     interrupted = False
     try:
-        async with monitor:
+        async with system.running(), monitor:
             await asyncio.sleep(seconds)
     except asyncio.CancelledError:
         interrupted = True  # Ctrl-C: `async with` has stopped the monitor and flushed the sinks
-    finally:
-        collector.stop()
-        for task in background:
-            task.cancel()
-        await asyncio.gather(*background, return_exceptions=True)
-    _summary(monitor.stats(), run_dir, interrupted)
+    print("\n".join(closing(monitor.stats(), run_dir, logdir, await system.left_out(), interrupted)))
     return 130 if interrupted else 0
 
 
-def _summary(stats: dict[str, float], run_dir: Path, interrupted: bool) -> None:
-    print()
-    print("interrupted: stopped cleanly, everything flushed" if interrupted else "done.")
-    print(f"records: {stats['records']:.0f}  polls: {stats['polls']:.0f}  "
-          f"failed: {stats['polls_failed']:.0f}  timed out: {stats['polls_timed_out']:.0f}  "
-          f"values left out: {stats['values_dropped']:.0f}")
+def closing(
+    stats: dict[str, float], run_dir: Path, logdir: Path, left_out: list[str], interrupted: bool = False
+) -> list[str]:
+    """The demo's closing lines: what happened, where the files are, and commands that work here.
+
+    Args:
+        stats: ``Monitor.stats()`` after the run.
+        run_dir: the run's folder.
+        logdir: the folder the run's folder is in (TensorBoard's ``--logdir``).
+        left_out: ``"<watch>: key=value"`` examples of values that are not numbers.
+        interrupted: whether Ctrl-C ended the run.
+
+    Returns:
+        The lines to print.
+    """
+    sinks: dict[str, dict[str, float]] = {}
     for key, value in stats.items():
-        if key.startswith("sink/") and key.endswith(("/dropped", "/errors")):
-            print(f"  {key}: {value:.0f}")
-    print("files:")
-    for path in sorted(p for p in run_dir.rglob("*") if p.is_file()):
-        print(f"  {path}")
-    print("look at it with:")
-    print(f"  tensorboard --logdir {run_dir / 'tensorboard'}")
+        if key.startswith("sink/"):
+            label, field = key[5:].rsplit("/", 1)
+            sinks.setdefault(label, {})[field] = value
+    dropped = sum(s.get("dropped", 0.0) for s in sinks.values())
+    errors = stats["polls_failed"] + sum(s.get("errors", 0.0) for s in sinks.values())
+    lines = [
+        "",
+        "interrupted: stopped cleanly, everything flushed." if interrupted else "done.",
+        f"{stats['records']:.0f} records from {stats['polls']:.0f} polls of {stats['watches']:.0f} watches; "
+        f"{dropped:.0f} dropped, {errors:.0f} errors.",
+    ]
+    for label, fields in sinks.items():
+        if fields.get("dropped") or fields.get("errors"):
+            lines.append(f"  sink {label}: {fields.get('dropped', 0):.0f} dropped, {fields.get('errors', 0):.0f} errors")
+    n = stats["values_dropped"]
+    if n:
+        lines.append(
+            f"{n:.0f} non-numeric values left out ({'; '.join(left_out[:3])})." if left_out
+            else f"{n:.0f} values left out: not finite numbers (strings, NaN, inf...); only numbers are logged."
+        )
+    lines.append(f"files in {run_dir}:")
+    lines.extend(f"  {p.relative_to(run_dir)}" for p in sorted(run_dir.rglob("*")) if p.is_file())
+    q = shlex.quote
+    lines.append("look at it:")
+    lines.append(f"  monitor-async show {q(str(run_dir))}")
+    plot = f"monitor-async plot {q(str(run_dir))}"
+    lines.append(f"  {plot}" if importlib.util.find_spec("matplotlib") else f"  pip install matplotlib && {plot}")
+    board = f"tensorboard --logdir {q(str(logdir))}"
+    lines.append(f"  {board}" if importlib.util.find_spec("tensorboard") else f"  pip install tensorboard && {board}")
+    return lines
 
 
 def main(seconds: float, logdir: str, console: bool) -> int:
+    """``monitor-async demo``: runs :func:`run_demo`; Ctrl-C ends it cleanly (exit code 130)."""
     try:
         return asyncio.run(run_demo(seconds, Path(logdir), console))
     except KeyboardInterrupt:

@@ -9,6 +9,7 @@ existed, so ``except ValueError`` / ``except RuntimeError`` keep working::
     ├── SinkTypeError(TypeError)         something passed as a sink that is not one
     ├── WatchTypeError(TypeError)        a target with nothing to call (no stats(), no stats_fn)
     ├── MonitorClosedError(RuntimeError) a closed SyncMonitor used again
+    ├── RunNotFoundError(FileNotFoundError)  a folder given to show/plot/tail/export holds no run
     ├── PollError                        one poll of one watch failed
     │   ├── StatsTypeError(TypeError)    stats() returned something that is not a mapping
     │   ├── StatsCycleError(ValueError)  stats() returned a mapping that contains itself
@@ -36,6 +37,7 @@ __all__ = [
     "MonitorError",
     "PollError",
     "PollTimeoutError",
+    "RunNotFoundError",
     "SinkClosedError",
     "SinkError",
     "SinkTypeError",
@@ -65,6 +67,10 @@ class MonitorClosedError(MonitorError, RuntimeError):
     """A ``SyncMonitor`` was used after ``close()``; build a new one."""
 
 
+class RunNotFoundError(MonitorError, FileNotFoundError):
+    """A path given to read a run holds no file of ``JSONLSink`` or ``CSVSink``; the message names it."""
+
+
 class PollError(MonitorError):
     """One poll of one watch failed (the message names the watch)."""
 
@@ -91,7 +97,7 @@ class SinkClosedError(SinkError, RuntimeError):
 
 # shown as ``monitor_async.ConfigError`` in tracebacks: the name users import it by
 for _cls in (
-    MonitorError, ConfigError, SinkTypeError, WatchTypeError, MonitorClosedError, PollError,
+    MonitorError, ConfigError, SinkTypeError, WatchTypeError, MonitorClosedError, RunNotFoundError, PollError,
     StatsTypeError, StatsCycleError, PollTimeoutError, SinkError, SinkClosedError,
 ):
     _cls.__module__ = "monitor_async"

@@ -1,17 +1,26 @@
-"""ConsoleSink: output captured in line mode, live-table mode (StringIO and a real pty) and under tqdm."""
+"""ConsoleSink: line mode, the live table (a real 80x24 rich console, wider ones, a real pty) and tqdm."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import os
+import re
 import sys
 import threading
 from collections.abc import Callable, Iterator
 
 import pytest
+from rich.console import Console
 
 from monitor_async import Monitor, Record
-from monitor_async.backends import ConsoleSink
+from monitor_async._demo import DemoSystem
+from monitor_async._watch import DEFAULT_RATE_NAMES
+from monitor_async.backends import ConsoleSink, MemorySink
+from monitor_async.backends._console import line
+from monitor_async.backends._table import RATE, RATE_OF, WatchTable, eng
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 class Collector:
@@ -42,6 +51,12 @@ async def test_line_mode_prints_one_compact_line_per_record() -> None:
         ["collector", "step=200", "frames=200", "size=7.25", "dropped=3"],
         ["rb", "frames=200", "size=7.25", "dropped=3"],
     ]
+    big = Record(name="c", step=None, time=0.0, metrics={"c/frames": 1_234_567.0, "c/frames_per_second": 88_612.5})
+    assert line(big).split()[1:] == ["c", "frames=1.23M", "frames/s=88.6k"], "engineering notation, no 8.862e+04"
+    own = {"polls": 309.0, "records": 222.0, "values_dropped": 62.0, "watches": 5.0, "polls_failed": 0.0,
+           "sink/csv/written": 215.0, "sink/csv/dropped": 0.0, "sink/csv/errors": 0.0}
+    monitor = Record(name="monitor", step=None, time=0.0, metrics={f"monitor/{k}": v for k, v in own.items()})
+    assert line(monitor).split(" ", 1)[1] == "monitor: polls 309 · records 222 · dropped 0 · errors 0 · 62 values left out"
     assert "\x1b[" not in out.getvalue(), "no terminal codes on a non-terminal stream"
 
 
@@ -72,24 +87,118 @@ async def test_weird_names_stay_on_one_line() -> None:
     assert "two\\nlines=1" in out.getvalue()
 
 
-async def test_live_mode_draws_a_table_row_per_watch() -> None:
+async def test_live_mode_draws_a_table_row_per_watch(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")  # what rich sizes a console by when it is not a terminal
+    monkeypatch.setenv("LINES", "24")
     out = io.StringIO()
     monitor = Monitor(ConsoleSink(out, live=True, refresh=0.05), close_sinks=True)
     monitor.watch(Collector(), name="collector", step="frames")
     monitor.watch(Collector(), name="rb")
+    monitor.watch(monitor, name="monitor")
     for _ in range(3):
         await monitor.step()
     await monitor.stop(log_final=False)
-    text = out.getvalue()
-    assert "\x1b[" in text, "the live table uses terminal codes"
-    last = text[text.rindex("monitor-async"):]
-    for column in ("watch", "step", "age", "drops", "latest values", "rates"):
-        assert column in last
-    rows = {line.split("│")[1].strip(): line for line in last.splitlines() if line.startswith("│ ") and "│" in line[1:]}
+    text = ANSI.sub("", out.getvalue())
+    last = text[text.rindex("monitor-async · "):].splitlines()
+    assert all(len(row) <= 80 for row in last) and len(last) <= 24
+    header = next(row for row in last if "│ watch" in row)
+    assert [c.strip() for c in header.split("│")[1:-1]] == ["watch", "step", "age", "values"]
+    rows = {row.split("│")[1].strip(): row for row in last if row.startswith("│ ") and "│" in row[1:]}
     assert "frames 300" in rows["collector"] and "size 7.25" in rows["collector"]
     assert " 300 │" in rows["collector"], "the step column"
-    assert "│     3 │" in rows["rb"], "the drops column sums the ./dropped counters"
-    assert "frames/s" in last
+    assert "frames 300 (" in rows["rb"] and "/s)" in rows["rb"], "a counter beside its rate"
+    assert "monitor" not in rows, "the monitor is a summary line, not a row"
+    (summary,) = [row for row in last if row.startswith("monitor:")]
+    assert re.fullmatch(r"monitor: polls \d+ · records \d+ · dropped 0 · errors 0\s*", summary)
+
+
+# ------------------------------------------------------------ the demo's table on a real rich console
+
+
+@pytest.fixture(scope="module")
+def demo_records() -> list[Record]:
+    """What the demo's five watches log over 2 s of background polling (before stop's final snapshots)."""
+
+    async def run() -> list[Record]:
+        system, memory = DemoSystem(), MemorySink()
+        monitor = Monitor(memory, poll_interval=0.1)
+        system.watch(monitor)
+        async with system.running(), monitor:
+            await asyncio.sleep(2.0)
+            await monitor.flush()
+            return list(memory.records)
+
+    return asyncio.run(run())
+
+
+def draw(records: list[Record], width: int, height: int) -> list[str]:
+    """``records`` in a WatchTable printed on a real rich console of ``width`` x ``height``."""
+    table = WatchTable()
+    table.update(records)
+    console = Console(width=width, height=height, file=io.StringIO(), record=True, color_system=None)
+    console.print(table)
+    return console.export_text().rstrip("\n").splitlines()
+
+
+def test_the_demo_table_fits_80x24(demo_records: list[Record]) -> None:
+    lines = draw(demo_records, 80, 24)
+    text = "\n".join(lines)
+    assert len(lines) <= 24 and max(map(len, lines)) <= 80
+    rows = [line.split("│") for line in lines if line.startswith("│ ")]
+    names = {cells[1].strip() for cells in rows} - {"watch", ""}
+    assert names == {"collector", "replay_buffer", "inference", "learner"}, "every watch shows"
+    assert "more" not in text and "…" not in text, "nothing is cut at 80x24"
+    assert re.search(r"frames \d+(\.\d+)?[kM] \(\d+(\.\d+)?k/s\)", text), "engineering notation: frames 1.2M (88.6k/s)"
+    assert not re.search(r"\d\.\d{4,}|e[+-]\d\d", text), "no long decimals, no 8.862e+04"
+    (summary,) = [line for line in lines if line.startswith("monitor:")]  # one line
+    assert re.fullmatch(r"monitor: polls \S+ · records \S+ · dropped 0 · errors 0 · \S+ values left out\s*", summary)
+    assert "sink" not in text, "per-sink detail only when something is wrong"
+
+
+def test_wider_terminals_show_more_columns(demo_records: list[Record]) -> None:
+    def header(width: int) -> list[str]:
+        row = next(line for line in draw(demo_records, width, 40) if "│ watch" in line)
+        return [cell.strip() for cell in row.split("│")[1:-1]]
+
+    assert header(80) == ["watch", "step", "age", "values"]
+    assert header(120) == ["watch", "step", "age", "values", "rates"]
+    assert header(160) == ["watch", "step", "age", "time", "records", "values", "rates"]
+    for width in (80, 120, 160):
+        assert max(map(len, draw(demo_records, width, 40))) <= width
+
+
+def test_rows_give_way_to_the_height_and_left_out_watches_are_named() -> None:
+    many = [Record(f"w{i}", i, 0.0, {f"w{i}/{k}": float(j) for j, k in enumerate("abcdefghijkl")}) for i in range(30)]
+    many.append(Record("monitor", None, 0.0, {"monitor/polls": 9.0, "monitor/records": 9.0,
+                                              "monitor/values_dropped": 0.0, "monitor/watches": 31.0}))
+    lines = draw(many, 80, 24)
+    assert len(lines) <= 24 and max(map(len, lines)) <= 80
+    assert any(line.startswith("monitor: polls 9") for line in lines), "the monitor's line stays"
+    (note,) = [line for line in lines if line.startswith("+")]
+    shown = [line.split("│")[1].strip() for line in lines if re.match(r"│ w\d", line)]
+    assert note.startswith(f"+{30 - len(shown)} more watches: w{len(shown)}, ")
+    assert all(line.rstrip(" │").endswith("more") for line in lines if re.match(r"│ w\d", line)), "one line each"
+
+
+def test_the_monitor_line_names_a_sink_only_when_it_fails() -> None:
+    metrics = {"polls": 10.0, "records": 8.0, "values_dropped": 62.0, "watches": 3.0, "polls_failed": 1.0,
+               "sink/csv/dropped": 0.0, "sink/csv/errors": 0.0, "sink/tb/dropped": 5.0, "sink/tb/errors": 2.0}
+    lines = draw([Record("monitor", None, 0.0, {f"monitor/{k}": v for k, v in metrics.items()})], 80, 24)
+    summary = " ".join(line.strip() for line in lines[lines.index(next(x for x in lines if x.startswith("monitor:"))):])
+    assert "dropped 5 · errors 3 · 62 values left out" in summary and "tb: 5 dropped, 2 errors" in summary
+    assert "csv" not in summary
+
+
+def test_engineering_notation() -> None:
+    assert [eng(v) for v in (0, 300, -42, 7.25, 0.5, 1234, 88_612.5, 999_999, 1.5e9, 2e-5, float("nan"))] == [
+        "0", "300", "-42", "7.25", "0.5", "1.23k", "88.6k", "1M", "1.5G", "2.00e-05", "nan"]
+    assert max(len(eng(v * s)) for v in (1.0, 9.99, 123.456, 999.5) for s in (1, -1, 1e3, 1e6, 1e-2)) <= 8
+
+
+def test_rates_pair_with_the_counters_the_monitor_names_them_after() -> None:
+    for counter, rate in DEFAULT_RATE_NAMES.items():
+        stem = rate[: -len(RATE)]
+        assert stem == counter or RATE_OF[stem] == counter
 
 
 @pytest.fixture
@@ -133,7 +242,7 @@ async def test_a_terminal_gets_the_live_table(pty_stream: tuple[io.TextIOWrapper
     await monitor.step()
     await monitor.stop(log_final=False)
     text = captured()
-    assert "┏" in text and "collector" in text and "frames 100" in text
+    assert "╭" in text and "collector" in text and "frames 100" in text
 
 
 async def test_without_rich_a_terminal_gets_plain_lines(
@@ -146,7 +255,7 @@ async def test_without_rich_a_terminal_gets_plain_lines(
     async with ConsoleSink(stream, min_interval=0) as sink:
         await sink.write([Record(name="rb", step=None, time=0.0, metrics={"rb/size": 3.0})])
     text = captured()
-    assert "┏" not in text and "rb size=3" in text
+    assert "╭" not in text and "rb size=3" in text
 
 
 async def test_lines_go_through_tqdm_write_while_a_bar_is_open() -> None:

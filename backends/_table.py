@@ -1,0 +1,346 @@
+"""The console table: the latest record of every watch, laid out to fit the terminal it is drawn on.
+
+:class:`WatchTable` is what ``ConsoleSink`` shows in live mode and what
+``monitor-async tail`` shows for a run on disk. It lays itself out for the
+width and height rich gives it at each redraw:
+
+- every number in engineering notation (:func:`eng`: ``88.6k``, ``1.23M``),
+  a counter and its rate side by side (``frames 300k (88.6k/s)``);
+- a monitor watching itself (a record with ``polls``, ``records``,
+  ``values_dropped`` and ``watches``) as a one-line summary, with a sink
+  named only when it dropped records or failed;
+- below :data:`WIDE` columns one ``values`` column; from :data:`WIDE` on,
+  rates get a column of their own; from :data:`WIDER` on, each watch's clock
+  time and record count too;
+- when the rows do not fit the height, first the lines between rows go, then
+  each row is cut to fewer lines (``+N more``), and only then are watches
+  left out, named in the caption (the monitor's own row stays).
+
+rich is imported only when a table is drawn; numbers are written by
+:mod:`._numbers`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from monitor_async import Record
+
+from ._numbers import age, count, eng
+
+__all__ = ["WIDE", "WIDER", "WatchTable", "age", "count", "eng", "is_monitor", "monitor_items", "short", "split_rates"]
+
+RATE = "_per_second"
+RATE_OF = {"writes": "write_count", "samples": "sample_calls"}
+"""Default rate names that are not ``<counter>_per_second``: the rate's stem -> its counter."""
+MONITOR_KEYS = frozenset({"polls", "records", "values_dropped", "watches"})
+WIDE = 110
+"""From this many columns on, rates have a column of their own."""
+WIDER = 150
+"""From this many columns on, each watch's clock time and record count are shown too."""
+_CHROME = 5  # title, top border, header, header rule, bottom border
+
+
+def short(record: Record) -> dict[str, float]:
+    """The record's metrics without the ``"<name>/"`` prefix of their keys.
+
+    Args:
+        record: the record.
+
+    Returns:
+        ``{metric: value}``; a key without the prefix is kept whole.
+
+    Example:
+        >>> short(Record("rb", None, 0.0, {"rb/size": 3.0}))
+        {'size': 3.0}
+    """
+    cut = len(record.name) + 1
+    prefix = record.name + "/"
+    return {(k[cut:] if k.startswith(prefix) else k): v for k, v in record.metrics.items()}
+
+
+def is_monitor(metrics: Mapping[str, float]) -> bool:
+    """Whether short ``metrics`` are a monitor's own counters (``Monitor.stats()`` watched)."""
+    return metrics.keys() >= MONITOR_KEYS
+
+
+def split_rates(metrics: Mapping[str, float]) -> tuple[list[tuple[str, float, float | None]], list[tuple[str, float]]]:
+    """``metrics`` as ``(key, value, its rate or None)`` and the rates with no counter beside them.
+
+    A rate ``<stem>_per_second`` belongs to the counter ``<stem>``, or to the
+    counter a default rate name comes from (``writes`` -> ``write_count``).
+
+    Args:
+        metrics: short metric names (no ``"<name>/"`` prefix) to values.
+
+    Returns:
+        ``(values, lone_rates)``; ``lone_rates`` holds ``(stem, rate)`` pairs.
+
+    Example:
+        >>> split_rates({"frames": 10.0, "frames_per_second": 5.0, "x_per_second": 1.0})
+        ([('frames', 10.0, 5.0)], [('x', 1.0)])
+    """
+    rates = {k[: -len(RATE)]: v for k, v in metrics.items() if k.endswith(RATE)}
+    plain = {k: v for k, v in metrics.items() if not k.endswith(RATE)}
+    paired: dict[str, float] = {}
+    lone: list[tuple[str, float]] = []
+    for stem, rate in rates.items():
+        counter = stem if stem in plain else RATE_OF.get(stem, "")
+        if counter in plain and counter not in paired:
+            paired[counter] = rate
+        else:
+            lone.append((stem, rate))
+    return [(k, v, paired.get(k)) for k, v in plain.items()], lone
+
+
+def monitor_items(metrics: Mapping[str, float]) -> tuple[list[str], bool]:
+    """A monitor's counters as short phrases, and whether something is wrong (drops or errors).
+
+    Args:
+        metrics: a monitor's short metrics (see :func:`is_monitor`).
+
+    Returns:
+        ``(phrases, wrong)``: ``polls``, ``records``, ``dropped`` (all sinks),
+        ``errors`` (failed polls and sink errors), then missed polls and
+        values left out when there are any, then each sink that dropped
+        records or failed, by its label.
+
+    Example:
+        >>> monitor_items({"polls": 9.0, "records": 7.0, "values_dropped": 0.0, "watches": 2.0,
+        ...                "sink/csv/dropped": 2.0})
+        (['polls 9', 'records 7', 'dropped 2', 'errors 0', 'csv: 2 dropped'], True)
+    """
+    sinks: dict[str, dict[str, float]] = {}
+    for key, value in metrics.items():
+        if key.startswith("sink/") and key.count("/") >= 2:
+            label, field = key[5:].rsplit("/", 1)
+            sinks.setdefault(label, {})[field] = value
+    dropped = sum(s.get("dropped", 0.0) for s in sinks.values())
+    errors = metrics.get("polls_failed", 0.0) + sum(s.get("errors", 0.0) for s in sinks.values())
+    items = [
+        f"polls {eng(metrics['polls'])}",
+        f"records {eng(metrics['records'])}",
+        f"dropped {eng(dropped)}",
+        f"errors {eng(errors)}",
+    ]
+    if metrics.get("polls_missed"):
+        items.append(f"missed {eng(metrics['polls_missed'])}")
+    if metrics["values_dropped"]:
+        items.append(f"{eng(metrics['values_dropped'])} values left out")
+    for label, fields in sinks.items():
+        wrong = [f"{eng(fields[f])} {f}" for f in ("dropped", "errors") if fields.get(f)]
+        if wrong:
+            items.append(f"{label}: {', '.join(wrong)}")
+    return items, bool(dropped or errors)
+
+
+def _wrap(items: Sequence[str], width: int, sep: str = "  ") -> list[list[str]]:
+    """``items`` in lines of at most ``width`` characters, ``sep`` apart; an item is never split (a long one is cut)."""
+    lines: list[list[str]] = []
+    used = 0
+    for item in items:
+        if len(item) > width:
+            item = item[: max(width - 1, 0)] + "…"
+        if lines and used + len(sep) + len(item) <= width:
+            lines[-1].append(item)
+            used += len(sep) + len(item)
+        else:
+            lines.append([item])
+            used = len(item)
+    return lines
+
+
+def _cut(lines: list[list[str]], most: int, width: int) -> list[str]:
+    """``lines`` joined, at most ``most`` of them; the last one says how many items were cut (``+N more``)."""
+    if len(lines) <= most:
+        return ["  ".join(line) for line in lines]
+    kept = [list(line) for line in lines[:most]]
+    hidden = sum(len(line) for line in lines[most:])
+    last = kept[-1]
+    while len(last) > 1 and len("  ".join([*last, f"+{hidden} more"])) > width:
+        last.pop()
+        hidden += 1
+    text = "  ".join(last)
+    more = f"  +{hidden} more"
+    return ["  ".join(line) for line in kept[:-1]] + [_fit(text, width - len(more)) + more]
+
+
+def _fit(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters, with ``…`` when cut."""
+    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
+
+
+def _summary(name: str, items: Sequence[str], width: int) -> list[str]:
+    """``name: a · b · c`` in lines of at most ``width`` characters, the next ones indented under ``a``."""
+    indent = " " * min(len(name) + 2, width // 4)
+    lines = [f"{name}:"]
+    for item in items:
+        item = _fit(item, width - len(indent))
+        if len(lines[-1]) + 3 + len(item) <= width:
+            lines[-1] += (" · " if lines[-1] != f"{name}:" else " ") + item
+        else:
+            lines.append(indent + item)
+    return [_fit(line, width) for line in lines]
+
+
+class WatchTable:
+    """The latest record of every watch, drawn as a rich table that fits the console it is drawn on.
+
+    Guarantees:
+        - One row per watch, in the order watches first appeared. A monitor
+          watching itself is not a row: it is one summary line under the
+          table (``monitor: polls 240 · records 180 · dropped 0 · errors 0``),
+          red and naming the sink when records were dropped or writes failed.
+        - The table is never wider than the width rich offers and never taller
+          than the height (see the module docstring for what gives way first).
+        - :meth:`update` and drawing may run on different threads.
+
+    Args:
+        title: the text before the table's watch count and clock.
+        clock: returns the current unix time (for the ``age`` column).
+
+    Example:
+        >>> import io
+        >>> from rich.console import Console
+        >>> table = WatchTable(clock=lambda: 12.0)
+        >>> table.update([Record("rb", 3, 10.0, {"rb/size": 3.0, "rb/write_count": 4e5,
+        ...                                      "rb/writes_per_second": 88612.0})])
+        >>> console = Console(width=60, height=10, file=io.StringIO(), record=True)
+        >>> console.print(table)
+        >>> print(console.export_text().splitlines()[4])
+        │ rb    │    3 │   2s │ size 3  write_count 400k (88.6k/s) │
+    """
+
+    def __init__(self, title: str = "monitor-async", *, clock: Callable[[], float] = time.time) -> None:
+        self.title = title
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._rows: dict[str, Record] = {}
+        self._counts: dict[str, int] = {}
+
+    def update(self, records: Iterable[Record]) -> None:
+        """Keeps each watch's newest record of ``records`` (by arrival order) for the next redraw.
+
+        Args:
+            records: records of any watches.
+        """
+        with self._lock:
+            for r in records:
+                self._rows[r.name] = r
+                self._counts[r.name] = self._counts.get(r.name, 0) + 1
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._rows)
+
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        yield self.render(options.max_width, options.max_height)
+
+    def render(self, width: int, height: int) -> Any:
+        """The ``rich.table.Table`` for a console of ``width`` x ``height`` cells.
+
+        Args:
+            width: columns available.
+            height: lines available.
+
+        Returns:
+            A ``rich.table.Table`` (its title and caption included) of at
+            most ``width`` columns and ``height`` lines.
+        """
+        from rich import box
+        from rich.table import Table
+        from rich.text import Text
+
+        with self._lock:
+            records = list(self._rows.values())
+            counts = dict(self._counts)
+        now = self.clock()
+        rows: list[tuple[Record, dict[str, float]]] = []
+        notes: list[tuple[list[str], bool]] = []
+        for r in records:
+            m = short(r)
+            if is_monitor(m):
+                items, wrong = monitor_items(m)
+                notes.append((_summary(r.name, items, width), wrong))
+            else:
+                rows.append((r, m))
+
+        wide, wider = width >= WIDE, width >= WIDER
+        name_w = min(max([5] + [len(r.name) for r, _ in rows]), max(8, min(24, width // 5)))
+        steps = ["" if r.step is None else (str(r.step) if abs(r.step) < 1_000_000 else eng(r.step)) for r, _ in rows]
+        step_w = max([4] + [len(s) for s in steps])
+        fixed = [name_w, step_w, 4] + ([8, 7] if wider else [])
+        room = max(width - sum(w + 3 for w in fixed) - 4, 12)  # "│ x " per column, then the last "│"
+        prepared: list[tuple[list[str], list[str]]] = []
+        for _, m in rows:
+            values, lone = split_rates(m)
+            rates = [f"{k} {eng(rate)}/s" for k, _, rate in values if rate is not None]
+            rates += [f"{k} {eng(rate)}/s" for k, rate in lone]
+            if wide:
+                prepared.append(([f"{k} {eng(v)}" for k, v, _ in values], rates))
+            else:
+                items = [f"{k} {eng(v)}" + ("" if rate is None else f" ({eng(rate)}/s)") for k, v, rate in values]
+                prepared.append((items + [f"{k} {eng(rate)}/s" for k, rate in lone], []))
+        rate_w = 0
+        if wide:
+            rate_w = min(max([5] + [len("  ".join(rt)) for _, rt in prepared]), max(20, room // 3))
+            room -= rate_w + 3
+        cells = [(_wrap(v, room), _wrap(rt, rate_w)) for v, rt in prepared]
+
+        # what gives way to the height: lines between rows, then lines of each row, then rows
+        below = sum(len(lines) for lines, _ in notes)
+
+        def fits(tall: list[int], between: bool = False, more: int = 0) -> bool:
+            return _CHROME + below + more + sum(tall) + (len(tall) - 1 if between else 0) <= height
+
+        tall = [max(len(v), len(rt), 1) for v, rt in cells]
+        between = fits(tall, between=True)
+        most = max(tall, default=1)
+        while most > 1 and not fits([min(t, most) for t in tall]):
+            most -= 1
+        shown = list(range(len(rows)))
+        if not fits([min(t, most) for t in tall]):
+            while shown and not fits([min(tall[i], most) for i in shown], more=1):
+                shown.pop()
+        left_out = [r.name for r, _ in rows[len(shown):]]
+
+        caption = Text()
+        for lines, wrong in notes:
+            caption.append("\n".join(lines) + "\n", style="bold red" if wrong else "")
+        if left_out:
+            caption.append(_fit(f"+{count(len(left_out), 'more watch')}: {', '.join(left_out)}", width) + "\n", style="yellow")
+        caption.rstrip()
+        title = f"{self.title} · {count(len(rows), 'watch')} · {time.strftime('%H:%M:%S', time.localtime(now))}"
+        table = Table(
+            title=Text(_fit(title, width), style="bold"),
+            title_justify="left",
+            caption=caption if caption else None,
+            caption_justify="left",
+            box=box.ROUNDED,
+            show_lines=between,
+            expand=True,
+            header_style="bold",
+        )
+        table.add_column("watch", width=name_w, no_wrap=True, overflow="ellipsis", style="cyan")
+        table.add_column("step", width=step_w, justify="right", no_wrap=True)
+        table.add_column("age", width=4, justify="right", no_wrap=True)
+        if wider:
+            table.add_column("time", width=8, justify="right", no_wrap=True)
+            table.add_column("records", width=7, justify="right", no_wrap=True)
+        table.add_column("values", ratio=1, no_wrap=True, overflow="ellipsis")
+        if wide:
+            table.add_column("rates", width=rate_w, no_wrap=True, overflow="ellipsis")
+        for i in shown:
+            r = rows[i][0]
+            value_lines, rate_lines = cells[i]
+            row: list[Any] = [Text(r.name), steps[i], age(now - r.time)]
+            if wider:
+                row += [time.strftime("%H:%M:%S", time.localtime(r.time)), eng(counts.get(r.name, 0))]
+            row.append(Text("\n".join(_cut(value_lines, most, room))))
+            if wide:
+                row.append(Text("\n".join(_cut(rate_lines, most, rate_w))))
+            table.add_row(*row)
+        return table
