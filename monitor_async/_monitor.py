@@ -9,12 +9,14 @@ from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
+from ._cadence import poll_forever
 from ._callers import OFFLOADS, Offload, make_caller
 from ._channel import channels_for
 from ._errors import ON_ERROR, ErrorPolicy, OnError, log
 from ._exceptions import ConfigError, WatchTypeError
-from ._options import default_name, positive
-from ._poll import GRACE, SKIPPED, Counters, Poller, poll_forever
+from ._options import default_name as _default_name
+from ._options import positive as _positive
+from ._poll import GRACE, SKIPPED, Counters, Poller
 from ._queue import wait_for_waiter
 from ._schedule import Every
 from ._threads import WorkerPool
@@ -94,14 +96,14 @@ class Monitor:
     ) -> None:
         if on_error not in ON_ERROR:
             raise ConfigError(f"Monitor: on_error must be 'warn', 'raise' or 'ignore', got {on_error!r}")
-        positive("poll_interval", poll_interval)
-        positive("poll_timeout", poll_timeout)
-        positive("stop_timeout", stop_timeout)
-        positive("queue_size", queue_size, integer=True)
-        positive("max_batch", max_batch, integer=True)
-        positive("thread_limit", thread_limit, integer=True)
-        positive("max_values", max_values, integer=True)
-        positive("batch_wait", batch_wait, zero=True)
+        _positive("poll_interval", poll_interval)
+        _positive("poll_timeout", poll_timeout)
+        _positive("stop_timeout", stop_timeout)
+        _positive("queue_size", queue_size, integer=True)
+        _positive("max_batch", max_batch, integer=True)
+        _positive("thread_limit", thread_limit, integer=True)
+        _positive("max_values", max_values, integer=True)
+        _positive("batch_wait", batch_wait, zero=True)
         self.poll_interval = float(poll_interval)
         self.poll_timeout = poll_timeout
         self.stop_timeout = float(stop_timeout)
@@ -168,8 +170,8 @@ class Monitor:
         """
         if offload not in OFFLOADS:
             raise ConfigError(f"watch: offload must be 'auto', 'inline' or 'thread', got {offload!r}")
-        positive("poll_interval", poll_interval)
-        positive("timeout", timeout)
+        _positive("poll_interval", poll_interval)
+        _positive("timeout", timeout)
         if schedule is not None and not isinstance(schedule, Every):
             # TorchRL's Every (or any object with kind/interval/key) is accepted and validated.
             schedule = Every(kind=schedule.kind, interval=schedule.interval, key=getattr(schedule, "key", None))
@@ -183,7 +185,7 @@ class Monitor:
         elif not callable(stats_fn):
             raise WatchTypeError(f"watch: stats_fn must be callable, got {type(stats_fn).__name__}")
         if name is None:
-            base = default_name(target)
+            base = _default_name(target)
             name, n = base, 0
             while name in self._watches:
                 n += 1

@@ -1,22 +1,20 @@
-"""Where polling happens: one call of a target's ``stats()``, and the per-target loop.
+"""Where polling happens: one poll of one watch.
 
 :class:`Poller` runs a watch's caller, awaits an awaitable result under the
 watch's timeout, turns the snapshot into a Record and hands it to every
-channel. It never waits on a sink. :func:`poll_forever` is the background
-task of one watch: the k-th poll is due at ``start + k * interval``; a poll
-that overruns skips the slots it missed (counted as ``polls_missed``) rather
-than bursting to catch up (:class:`~monitor_async._ticks.Ticks` keeps the
-loop's timers, one per due time, and polls the watches that answer inline in
-the timer's callback). :meth:`Poller.poll_all` awaits the answers of several
-watches at once (a ``step()``, the final snapshots), each under its timeout,
-even a ``stats()`` that ignores its cancellation."""
+channel. It never waits on a sink. Whatever a ``stats()`` raises is a failure
+of its watch (see :mod:`monitor_async._bounded` for what propagates).
+:meth:`Poller.poll_all` awaits the answers of several watches at once (a
+``step()``, the final snapshots), each under its timeout, even a ``stats()``
+that ignores its cancellation. When polling happens is
+:mod:`monitor_async._cadence`'s."""
 
 from __future__ import annotations
 
 import asyncio
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._bounded import as_error, must_propagate
 from ._callers import Busy, InlineCaller, ThreadCaller
@@ -25,10 +23,12 @@ from ._errors import ErrorPolicy, describe, log
 from ._exceptions import PollError, PollTimeoutError
 from ._record import Record
 from ._threads import WorkerPool
-from ._ticks import OWN, Ticks, next_due
 from ._watch import Watch
 
-__all__ = ["GRACE", "SKIPPED", "Counters", "Poller", "poll_forever"]
+if TYPE_CHECKING:
+    from ._cadence import Ticks
+
+__all__ = ["GRACE", "SKIPPED", "Counters", "Poller"]
 
 SKIPPED: Any = object()
 """What :meth:`Poller.begin` returns when the poll failed or was skipped."""
@@ -235,52 +235,3 @@ class Poller:
         if type(raw) is not dict and inspect.isawaitable(raw):
             return await self.complete(watch, raw, force)
         return self.finish(watch, raw, force)
-
-
-async def poll_forever(poller: Poller, watch: Watch) -> None:
-    """The background task of one watch; runs until cancelled.
-
-    A watch whose ``stats()`` answers inline with a mapping is carried by
-    the loop's :class:`Ticks` (polled in the timer's callback); otherwise the
-    task polls, awaits the answer and waits for its next slot itself.
-    """
-    loop = asyncio.get_running_loop()
-    ticks = poller.ticks
-    if ticks is None or ticks.loop is not loop:
-        ticks = poller.ticks = Ticks(loop, poller)
-    task = asyncio.current_task()
-    due = watch.origin = ticks.origin(watch.interval)
-    watch.slot = 0
-    counters = poller.counters
-    # poller.answer(...), not a bound method kept in a local: with 10,000 suspended tasks,
-    # every object a task's frame holds is one more for each full garbage collection to walk;
-    # a later group of a crowd started together waits for its first slot
-    polled = due <= loop.time()
-    pending = poller.answer(watch) if polled else None
-    while True:
-        if polled:
-            if pending is not None:
-                await poller.complete(watch, pending)
-            due = next_due(watch, loop.time(), counters)
-        polled = True
-        if pending is None and type(watch.caller) is InlineCaller:
-            # carried: polled in the timer's callback from now on; back here when an answer
-            # must be awaited (the tick hands it over) or the watch moved to a thread (OWN)
-            waiter = ticks.carry(watch, due)
-            try:
-                got = await waiter
-            except BaseException:
-                ticks.discard(watch)
-                raise
-            pending = poller.answer(watch) if got is OWN else got
-            continue
-        while True:
-            try:
-                await ticks.at(due)
-                break
-            except asyncio.CancelledError:
-                # the shared future is cancelled with any task that waits on it: only
-                # a task that was itself cancelled stops; its neighbours wait again
-                if task is None or task.cancelling():
-                    raise
-        pending = poller.answer(watch)

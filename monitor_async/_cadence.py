@@ -1,6 +1,10 @@
-"""The loop's timers for background polling: one per due time, and the watches they poll inline.
+"""When polling happens: each watch's slots, the loop's shared timers, and the per-watch task.
 
-See :class:`Ticks`; :func:`next_due` books a watch's next slot.
+:func:`poll_forever` is the background task of one watch: the k-th poll is
+due at ``start + k * interval``; a poll that overruns skips the slots it
+missed (counted as ``polls_missed``) rather than bursting to catch up
+(:func:`next_due`). :class:`Ticks` keeps the loop's timers, one per due time,
+and polls the watches that answer inline in the timer's callback.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ if TYPE_CHECKING:
     from ._poll import Counters, Poller
     from ._watch import Watch
 
-__all__ = ["OWN", "Ticks", "next_due"]
+__all__ = ["OWN", "Ticks", "next_due", "poll_forever"]
 
 
 class Ticks:
@@ -180,3 +184,52 @@ def next_due(watch: Watch, now: float, counters: Counters) -> float:
         due = watch.origin + slot * interval
     watch.slot = slot
     return due
+
+
+async def poll_forever(poller: Poller, watch: Watch) -> None:
+    """The background task of one watch; runs until cancelled.
+
+    A watch whose ``stats()`` answers inline with a mapping is carried by
+    the loop's :class:`Ticks` (polled in the timer's callback); otherwise the
+    task polls, awaits the answer and waits for its next slot itself.
+    """
+    loop = asyncio.get_running_loop()
+    ticks = poller.ticks
+    if ticks is None or ticks.loop is not loop:
+        ticks = poller.ticks = Ticks(loop, poller)
+    task = asyncio.current_task()
+    due = watch.origin = ticks.origin(watch.interval)
+    watch.slot = 0
+    counters = poller.counters
+    # poller.answer(...), not a bound method kept in a local: with 10,000 suspended tasks,
+    # every object a task's frame holds is one more for each full garbage collection to walk;
+    # a later group of a crowd started together waits for its first slot
+    polled = due <= loop.time()
+    pending = poller.answer(watch) if polled else None
+    while True:
+        if polled:
+            if pending is not None:
+                await poller.complete(watch, pending)
+            due = next_due(watch, loop.time(), counters)
+        polled = True
+        if pending is None and type(watch.caller) is InlineCaller:
+            # carried: polled in the timer's callback from now on; back here when an answer
+            # must be awaited (the tick hands it over) or the watch moved to a thread (OWN)
+            waiter = ticks.carry(watch, due)
+            try:
+                got = await waiter
+            except BaseException:
+                ticks.discard(watch)
+                raise
+            pending = poller.answer(watch) if got is OWN else got
+            continue
+        while True:
+            try:
+                await ticks.at(due)
+                break
+            except asyncio.CancelledError:
+                # the shared future is cancelled with any task that waits on it: only
+                # a task that was itself cancelled stops; its neighbours wait again
+                if task is None or task.cancelling():
+                    raise
+        pending = poller.answer(watch)
