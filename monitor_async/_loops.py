@@ -18,6 +18,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
+import inspect
 import os
 import threading
 from collections.abc import Awaitable, Callable
@@ -30,9 +32,24 @@ from ._bounded import CALLER_THREAD
 from ._errors import log
 from ._threads import PoolExecutor
 
-__all__ = ["LoopThread", "PrivateLoop", "close_loop", "loop_running_here", "new_loop"]
+__all__ = ["LoopBusy", "LoopThread", "PrivateLoop", "close_loop", "loop_running_here", "new_loop"]
 
 T = TypeVar("T")
+
+
+class LoopBusy(TimeoutError):
+    """The monitor's loop did not answer a call in time (something blocks it); the call was given up."""
+
+
+def _result(future: Future[T], limit: float | None) -> T:
+    """``future.result(limit)``, raising :class:`LoopBusy` (not the call's own ``TimeoutError``) when it is late."""
+    try:
+        return future.result(timeout=limit)
+    except TimeoutError:
+        if future.done():
+            raise  # the call's own
+        future.cancel()
+        raise LoopBusy(f"the monitor's loop did not answer within {limit:g}s") from None
 
 
 def loop_running_here() -> bool:
@@ -110,13 +127,14 @@ class LoopThread:
         self._calls = 0
         self._idle = threading.Condition()
         ready: Future[BlockingPortal] = Future()
+        self.loop = new_loop()
         self.thread = threading.Thread(target=self._main, args=(ready,), name="monitor-async-loop", daemon=True)
         self.thread.start()
         self.portal = ready.result()
         self.ident = self.thread.ident
 
     def _main(self, ready: Future[BlockingPortal]) -> None:
-        loop = new_loop()
+        loop = self.loop
         try:
             loop.run_until_complete(_serve(ready, self.grace))
         except BaseException as exc:  # noqa: BLE001 - handed to the starting thread
@@ -134,28 +152,34 @@ class LoopThread:
         """``fn()`` on the loop (awaited when it returns an awaitable), after :meth:`enter`.
 
         ``limit``: seconds to wait for it; then it is cancelled and
-        ``TimeoutError`` raised.
+        :class:`LoopBusy` raised. (A call with a limit goes straight to the
+        loop: the portal's own hand-over waits for the loop to take it, which
+        a blocked loop never does.)
         """
         try:
             if limit is None:
                 return self.portal.call(fn)
-            future = self.portal.start_task_soon(fn)
-            try:
-                return future.result(timeout=limit)
-            except TimeoutError:
-                future.cancel()
-                raise
+            return _result(self.submit(fn), limit)
         finally:
             with self._idle:
                 self._calls -= 1
                 self._idle.notify_all()
+
+    def submit(self, fn: Callable[[], Any]) -> Future[Any]:
+        """Starts ``fn()`` on the loop (awaited when it returns an awaitable) without waiting for the loop."""
+
+        async def run() -> Any:
+            result = fn()
+            return await result if inspect.isawaitable(result) else result
+
+        return asyncio.run_coroutine_threadsafe(run(), self.loop)
 
     def close(self) -> None:
         """Ends the thread, bounded: calls still under way get ``grace`` seconds, then are cancelled."""
         with self._idle:
             self._idle.wait_for(lambda: self._calls == 0, timeout=self.grace)
         with contextlib.suppress(Exception):  # RuntimeError: its loop has ended already
-            self.portal.start_task_soon(self.portal.stop, True).result(timeout=self.grace)
+            self.submit(functools.partial(self.portal.stop, True)).result(timeout=self.grace)
         self.thread.join(timeout=3 * self.grace + 1.0)
 
 
@@ -179,7 +203,7 @@ class PrivateLoop:
         self._closed = False
 
     def run(self, fn: Callable[[], Awaitable[T]], limit: float | None = None) -> T:
-        """``await fn()`` on the loop, here, or in the thread running it now (``TimeoutError`` after ``limit`` s)."""
+        """``await fn()`` on the loop, here, or in the thread running it now (:class:`LoopBusy` after ``limit`` s)."""
         with self._lock:
             if self._loop is None:
                 self._loop = new_loop()
@@ -191,7 +215,7 @@ class PrivateLoop:
                 self._driver = threading.get_ident()
                 guest = None
         if guest is not None:
-            return guest.result(timeout=limit)
+            return _result(guest, limit)
         return self._drive(loop, fn)
 
     def _drive(self, loop: asyncio.AbstractEventLoop, fn: Callable[[], Awaitable[T]]) -> T:

@@ -21,7 +21,7 @@ from typing import Any, TypeVar, Unpack
 
 from ._errors import OnError, log
 from ._exceptions import MonitorClosedError
-from ._loops import LoopThread, PrivateLoop, loop_running_here
+from ._loops import LoopBusy, LoopThread, PrivateLoop, loop_running_here
 from ._monitor import Monitor
 from ._options import MonitorOptions, WatchOptions
 from ._threads import join_all
@@ -116,7 +116,7 @@ class SyncMonitor:
     def _run(self, fn: Callable[[], Awaitable[T]], limit: float | None = None) -> T:
         """Runs ``await fn()`` on the monitor's loop: the loop thread's, or the private one.
 
-        ``limit``: seconds to wait for the result (``TimeoutError`` after).
+        ``limit``: seconds to wait for the result (:class:`LoopBusy` after).
         """
         self._guard()
         thread = self._loop_thread(self.background or loop_running_here())
@@ -157,9 +157,13 @@ class SyncMonitor:
         return self._run(self.monitor.step)
 
     def flush(self) -> None:
-        """Waits until every queued record is written and flushes the sinks (bounded by ``stop_timeout``)."""
+        """Waits until every queued record is written and flushes the sinks; returns within about ``stop_timeout``."""
         self._refuse_if_closed("flush")
-        self._run(self.monitor.flush)
+        limit = self.monitor.stop_timeout + 2 * self._grace + 1.0
+        try:
+            self._run(self.monitor.flush, limit)
+        except LoopBusy:
+            log.warning("SyncMonitor.flush(): the monitor's loop did not answer within %gs (a call blocks it)", limit)
 
     def stats(self) -> dict[str, float]:
         """The monitor's own counters (see :meth:`Monitor.stats`); readable after ``close()`` too."""
@@ -181,20 +185,26 @@ class SyncMonitor:
         """Stops polling, logs final snapshots once, drains and flushes; ends the loop thread.
 
         Returns within about ``stop_timeout`` plus twice the longest watch
-        timeout, from any thread; a no-op after ``close()``.
+        timeout, from any thread; a no-op after ``close()``. When something
+        blocks the loop itself (a sync call inline on it), it gives up with a
+        warning and leaves the monitor on that loop: a later ``stop()`` or
+        ``close()`` finishes once the loop is free.
         """
         self._guard()
         if self._closed:
             return
+        busy = False
         try:
             self._run(functools.partial(self.monitor.stop, log_final=log_final), self.monitor._stop_bound())
-        except TimeoutError:
+        except LoopBusy:
+            busy = True
             log.warning(
                 "SyncMonitor.stop(): the monitor's loop did not answer within %gs (a call blocks it); gave up",
                 self.monitor._stop_bound(),
             )
         finally:
-            self._end_loop_thread()
+            if not busy:
+                self._end_loop_thread()
 
     def close(self) -> None:
         """``stop()``, then release the loop and join the monitor's threads. Idempotent."""
@@ -223,7 +233,7 @@ class SyncMonitor:
         thread = self._thread
         if thread is None:
             return
-        future = thread.portal.start_task_soon(self.monitor.stop)
+        future = thread.submit(self.monitor.stop)
         try:
             future.result(timeout=self.monitor._stop_bound() + 5.0)
         except Exception as exc:  # noqa: BLE001 - best effort at interpreter exit

@@ -163,6 +163,40 @@ def test_sync_stop_from_a_watchdog_thread_while_another_threads_step_is_stuck(ba
     call_within(monitor.close, 15)
 
 
+class LoopBlockingSink(RecordingSink):
+    """A sink that does blocking work inside ``async def write``: it blocks the loop itself."""
+
+    def __init__(self) -> None:
+        super().__init__("blocker")
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    async def _write(self, records: Any) -> None:
+        self.entered.set()
+        self.release.wait()  # what no deadline on the loop can interrupt
+        await super()._write(records)
+
+
+def test_sync_stop_gives_up_on_a_loop_blocked_by_a_sink_and_a_later_close_finishes(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    blocker, target = LoopBlockingSink(), Ticker()
+    monitor = SyncMonitor(blocker, poll_interval=0.01, stop_timeout=STOP_TIMEOUT, batch_wait=0)
+    monitor.watch(target, name="t")
+    monitor.start()
+    try:
+        wait_until_sync(blocker.entered.is_set)
+        with caplog.at_level(logging.WARNING, logger="monitor_async"):
+            _, took = call_within(monitor.stop, 30)
+        assert took < monitor.monitor._stop_bound() + 2.0
+        assert any("did not answer" in w for w in monitor_warnings(caplog))
+    finally:
+        blocker.release.set()
+    call_within(monitor.close, 30)  # the loop is free again: the stop completes
+    assert not [t for t in threading.enumerate() if t.name == "monitor-async-loop" and t.is_alive()]
+    assert blocker.records[-1].metrics["t/n"] == target.calls, "the final snapshot arrived"
+
+
 def test_a_stop_cancelled_half_way_is_finished_by_a_second_stop() -> None:
     hung, good, target = HungAsyncSink("hung"), RecordingSink("good"), Ticker()
 
