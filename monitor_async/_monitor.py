@@ -123,7 +123,7 @@ class Monitor:
         self._stop_lock: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
         self._stopped = False
         self._finals_taken = False  # a stop() under way took the final snapshots already
-        self.retired: list[threading.Thread] = []
+        self._retired: list[threading.Thread] = []
         """Idle worker threads let go at the last stop() (they end promptly; ``SyncMonitor.close()`` joins them)."""
 
     @property
@@ -431,7 +431,7 @@ class Monitor:
         retired = self._pool.retire() if self._pool is not None else []
         for channel in self._channels:
             retired.extend(channel.retire_threads())
-        self.retired = retired
+        self._retired = retired
 
     def _raise_pending(self) -> None:
         error = self._errors.take()

@@ -216,7 +216,7 @@ class SyncMonitor:
             self._closed = True
             _live.discard(self)
             self._private.close()
-            join_all(self.monitor.retired, self._grace)
+            join_all(self.monitor._retired, self._grace)
 
     def __enter__(self) -> SyncMonitor:
         return self.start()
