@@ -1,7 +1,9 @@
 """Sinks: where records go. Installed and imported as ``monitor_async.backends``.
 
-Sinks backed by optional libraries (wandb, rich, prometheus_client, ray) are
-imported on first use, so importing this package never imports them.
+Sinks backed by optional libraries (wandb, rich, prometheus_client, ray,
+mlflow, opentelemetry) are imported on first use, so importing this package
+never imports them. Network sinks build on :class:`ResilientSink` (retries
+with :class:`Backoff`, a disk spool, replay), which sink authors can use too.
 """
 
 from __future__ import annotations
@@ -12,12 +14,16 @@ from typing import TYPE_CHECKING, Any
 from monitor_async import BaseSink, LoggerSink, Report, Sink, ThreadedSink
 
 from ._csv import CSVSink
+from ._delivery import Backoff, Failure, classify
 from ._jsonl import JSONLSink
 from ._memory import MemorySink
+from ._resilient import ResilientSink
 from ._tensorboard import TensorBoardSink
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time these load on first use
     from ._console import ConsoleSink
+    from ._mlflow import MLflowSink
+    from ._otlp import OTLPSink
     from ._prometheus import PrometheusSink
     from ._ray import RaySink
     from ._wandb import WandbSink
@@ -27,22 +33,30 @@ _LAZY: dict[str, str] = {
     "WandbSink": "._wandb",
     "PrometheusSink": "._prometheus",
     "RaySink": "._ray",
+    "MLflowSink": "._mlflow",
+    "OTLPSink": "._otlp",
 }
 
 __all__ = [
+    "Backoff",
     "BaseSink",
     "CSVSink",
     "ConsoleSink",
+    "Failure",
     "JSONLSink",
     "LoggerSink",
+    "MLflowSink",
     "MemorySink",
+    "OTLPSink",
     "PrometheusSink",
     "RaySink",
     "Report",
+    "ResilientSink",
     "Sink",
     "TensorBoardSink",
     "ThreadedSink",
     "WandbSink",
+    "classify",
 ]
 
 

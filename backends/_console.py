@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from monitor_async import Record, ThreadedSink
+from monitor_async.distributed import Ranks, check_ranks
 
 from ._table import WatchTable, eng, is_monitor, monitor_items, short, split_rates
 
@@ -70,6 +71,8 @@ class ConsoleSink(ThreadedSink):
           thread), never on the event loop, so a slow terminal never stalls
           polling. ``stream`` defaults to ``sys.stdout`` as it is at the first
           write. Constructing does no I/O and does not import rich.
+        - Ranks: by default (``ranks="main"``) only the main rank of a
+          distributed job prints; ``ranks="all"`` prints on every rank.
 
     Args:
         stream: where to write; ``None``: ``sys.stdout`` as it is at the first write.
@@ -115,7 +118,9 @@ class ConsoleSink(ThreadedSink):
         live: bool | None = None,
         title: str = "monitor-async",
         name: str | None = None,
+        ranks: Ranks = "main",
     ) -> None:
+        self.ranks = check_ranks(ranks, "ConsoleSink")
         if not (isinstance(min_interval, (int, float)) and min_interval >= 0):
             raise ValueError(f"ConsoleSink: min_interval must be a number of seconds >= 0, got {min_interval!r}")
         if not (isinstance(refresh, (int, float)) and refresh > 0):

@@ -8,12 +8,14 @@ import os
 from collections.abc import Sequence
 
 from monitor_async import Record
+from monitor_async.distributed import Ranks, many_sources, source_text
 
 from ._files import LineSink
 
 __all__ = ["CSVSink"]
 
 HEADER = "time,name,step,metric,value\n"
+HEADER_SOURCE = "time,name,step,metric,value,source\n"
 _CACHED = 4096
 """Row templates kept (one per distinct key order) before the caches start afresh."""
 
@@ -44,6 +46,15 @@ class CSVSink(LineSink):
           disk) is taken back, and part of a block left by a process killed
           mid-write is cut away when the file is next opened. ``fsync=True``
           also forces each batch to disk before ``write`` returns.
+        - Provenance: with ``source=True``, or by default where records come
+          from several processes (this process is one rank of several, or
+          the sink is hosted in a Ray actor by ``RaySink``), the header has a
+          sixth column ``source``: the record's source as ``key=value`` pairs
+          joined by ``;`` (``rank=1``, ``host=n1;pid=42;node=...``), empty
+          for a record without one; ``csv.reader`` and ``pandas.read_csv``
+          read it as one string. ``source=False`` keeps five columns.
+          ``{rank}`` in ``path`` is replaced by the process's rank;
+          ``ranks="main"`` keeps the sink off other ranks.
         - Names holding commas, quotes or line breaks are quoted the way
           ``csv.reader`` reads them back.
         - Nothing is dropped here: the monitor's per-sink queue decides that.
@@ -70,8 +81,16 @@ class CSVSink(LineSink):
 
     header = HEADER.encode()
 
-    def __init__(self, path: str | os.PathLike[str], *, fsync: bool = False, name: str | None = None) -> None:
-        super().__init__(path, fsync=fsync, name=name)
+    def __init__(
+        self, path: str | os.PathLike[str], *, fsync: bool = False, name: str | None = None, ranks: Ranks = "all",
+        source: bool | None = None,
+    ) -> None:
+        # a sixth column for Record.source: asked for, or where records come from several processes
+        self._source = many_sources() if source is None else bool(source)
+        if self._source:
+            self.header = HEADER_SOURCE.encode()
+        self._ends: dict[object, str] = {}
+        super().__init__(path, fsync=fsync, name=name, ranks=ranks)
         self._quoted: dict[str, str] = {}
         self._templates: dict[tuple[str, ...], str] = {}
 
@@ -98,11 +117,22 @@ class CSVSink(LineSink):
             template = templates.get(keys)
             if template is None:
                 template = self._template(keys)
+            end = self._end(r.source) if self._source else ""
             if template:
-                add((template % tuple(metrics.values())).replace("\0", prefix))
+                text = (template % tuple(metrics.values())).replace("\0", prefix)
+                add(text.replace("\1", end) if end else text)
             else:  # a key holding NUL, or no values
-                add("".join([f"{prefix}{quoted[k]},{v!r}\n" for k, v in metrics.items()]))
+                add("".join([f"{prefix}{quoted[k]},{v!r}{end}\n" for k, v in metrics.items()]))
         return "".join(blocks)
+
+    def _end(self, source: object) -> str:
+        """``",<source>"``: the source column of a record's rows (cached per distinct source)."""
+        end = self._ends.get(source)
+        if end is None:
+            if len(self._ends) >= _CACHED:
+                self._ends.clear()
+            end = self._ends[source] = "," + _quote(source_text(source))  # type: ignore[arg-type]
+        return end
 
     def _template(self, keys: tuple[str, ...]) -> str:
         """``"\\0<metric>,%r\\n"`` per key (``\\0`` stands for the row prefix); ``""`` when a key holds NUL."""
@@ -113,8 +143,9 @@ class CSVSink(LineSink):
         for k in keys:
             if k not in quoted:
                 quoted[k] = _quote(k)
-        template = "" if any("\0" in k for k in keys) else "".join(
-            ["\0" + quoted[k].replace("%", "%%") + ",%r\n" for k in keys]
+        mark = "\1" if self._source else ""  # where the source column goes
+        template = "" if any("\0" in k or "\1" in k for k in keys) else "".join(
+            ["\0" + quoted[k].replace("%", "%%") + ",%r" + mark + "\n" for k in keys]
         )
         templates[keys] = template
         return template

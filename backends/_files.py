@@ -28,6 +28,7 @@ import aiofiles
 import aiofiles.os
 
 from monitor_async import BaseSink, Record
+from monitor_async.distributed import Ranks, check_ranks, rank_path
 
 try:
     import fcntl
@@ -176,11 +177,14 @@ class LineSink(BaseSink, abc.ABC):
 
     header = b""
 
-    def __init__(self, path: str | os.PathLike[str], *, fsync: bool = False, name: str | None = None) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], *, fsync: bool = False, name: str | None = None, ranks: Ranks = "all"
+    ) -> None:
         owner = type(self).__name__
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"{owner}: path must be a str or os.PathLike, got {type(path).__name__}")
-        self.path = Path(path)
+        self.ranks = check_ranks(ranks, owner)
+        self.path = Path(rank_path(path))  # "{rank}" in the path: this process's rank
         self.fsync = bool(fsync)
         self.name = name
         self._file = LineFile(self.path, owner, header=self.header, fsync=self.fsync)

@@ -7,6 +7,7 @@ import os
 from collections.abc import Sequence
 
 from monitor_async import Record
+from monitor_async.distributed import Ranks
 
 from ._files import LineSink
 
@@ -14,12 +15,15 @@ __all__ = ["JSONLSink"]
 
 
 class JSONLSink(LineSink):
-    """Appends one line per record: ``{"time", "name", "step", "metrics"}``.
+    """Appends one line per record: ``{"time", "name", "step", "metrics"}`` (and ``"source"``).
 
     Guarantees:
         - Each line is one JSON object: ``time`` (unix seconds of the poll),
           ``name`` (watch name), ``step`` (int or ``null``) and ``metrics``
-          (``{"<name>/<metric>": float}``). Line breaks inside names are
+          (``{"<name>/<metric>": float}``), plus ``source`` (the record's
+          provenance: ``{"rank": 1}``, a sender's host/pid/node) when it is
+          not empty. ``{rank}`` in ``path`` is replaced by the process's rank;
+          ``ranks="main"`` keeps the sink off other ranks. Line breaks inside names are
           escaped by JSON, so every record is exactly one line.
         - Every batch is formatted as one block of whole lines and appended in
           one locked, unbuffered write through aiofiles (never on the event
@@ -51,8 +55,10 @@ class JSONLSink(LineSink):
         ('rb', None, {'rb/size': 3.0})
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, fsync: bool = False, name: str | None = None) -> None:
-        super().__init__(path, fsync=fsync, name=name)
+    def __init__(
+        self, path: str | os.PathLike[str], *, fsync: bool = False, name: str | None = None, ranks: Ranks = "all"
+    ) -> None:
+        super().__init__(path, fsync=fsync, name=name, ranks=ranks)
         self._encode = json.JSONEncoder(separators=(",", ":"), check_circular=False).encode
         self._names: dict[str, str] = {}
 
@@ -66,8 +72,9 @@ class JSONLSink(LineSink):
             if name is None:
                 name = names[r.name] = encode(r.name)
             step = "null" if r.step is None else str(r.step)
+            source = f',"source":{encode(dict(r.source))}' if r.source else ""  # where it came from
             lines.append(
-                f'{{"time":{encode(r.time)},"name":{name},"step":{step},"metrics":{encode(r.metrics)}}}\n'
+                f'{{"time":{encode(r.time)},"name":{name},"step":{step},"metrics":{encode(r.metrics)}{source}}}\n'
             )
         return "".join(lines)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from monitor_async import BaseSink, Record
+from monitor_async.distributed import Ranks, check_ranks
 
 __all__ = ["MemorySink"]
 
@@ -28,8 +29,9 @@ class MemorySink(BaseSink):
         {'t/x': 1.0}
     """
 
-    def __init__(self, name: str | None = None) -> None:
+    def __init__(self, name: str | None = None, *, ranks: Ranks = "all") -> None:
         self.name = name
+        self.ranks = check_ranks(ranks, "MemorySink")
         self.records: list[Record] = []
         self.flushes = 0
 

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from monitor_async import BaseSink, Record
+from monitor_async.distributed import Ranks, check_ranks
 
 try:
     from prometheus_client import CollectorRegistry, make_asgi_app, start_http_server
@@ -50,15 +51,28 @@ def sanitise(name: str) -> str:
     return _INVALID.sub("_", name).strip("_") or "value"
 
 
+_Series = tuple[str, Any]  # (watch, Record.source): one labelled series of a family
+
+
+def _labels(series: Iterator[_Series] | list[_Series]) -> tuple[list[str], list[list[str]]]:
+    """Label names (``watch``, then every source key seen, e.g. ``rank``) and each series' label values."""
+    keys = list(series)
+    extra: dict[str, None] = {}
+    for _, source in keys:
+        extra.update(dict.fromkeys(source))
+    names = ["watch", *extra]
+    return names, [[watch, *(str(source.get(k, "")) for k in extra)] for watch, source in keys]
+
+
 class _LatestValues:
     """The collector the registry calls on every scrape (on the HTTP server's thread)."""
 
     def __init__(self, namespace: str) -> None:
         self.namespace = namespace
         self.lock = threading.Lock()
-        self.families: dict[str, dict[str, float]] = {}
+        self.families: dict[str, dict[_Series, float]] = {}
         self.help: dict[str, str] = {}
-        self.times: dict[str, float] = {}
+        self.times: dict[_Series, float] = {}
 
     def describe(self) -> list[Any]:
         # Registering must not call collect(); the names change over time anyway.
@@ -68,19 +82,13 @@ class _LatestValues:
         with self.lock:
             families = [(name, self.help[name], dict(series)) for name, series in self.families.items()]
             times = dict(self.times)
-        for name, doc, series in families:
-            family = GaugeMetricFamily(name, doc, labels=["watch"])
-            for watch, value in series.items():
-                family.add_metric([watch], value)
-            yield family
-        if times:
-            family = GaugeMetricFamily(
-                f"{self.namespace}_{_TIMESTAMP}",
-                "Unix time of the latest record of each watch.",
-                labels=["watch"],
-            )
-            for watch, value in times.items():
-                family.add_metric([watch], value)
+        for name, doc, series in [*families, (f"{self.namespace}_{_TIMESTAMP}", "", times)]:
+            if not series:
+                continue
+            labels, rows = _labels(list(series))
+            family = GaugeMetricFamily(name, doc or "Unix time of the latest record of each watch.", labels=labels)
+            for row, value in zip(rows, series.values(), strict=True):
+                family.add_metric(row, value)
             yield family
 
 
@@ -92,6 +100,9 @@ class PrometheusSink(BaseSink):
           (``monitor_async_frames{watch="collector"}``); see the module
           docstring. Names are sanitised to ``[a-zA-Z0-9_]``, so ``a/b`` and
           ``a.b`` of one watch land on the same series (the later write wins).
+        - Provenance: the fields of a record's source become labels beside
+          ``watch`` (``rank="1"``; a sender's ``host``, ``pid``, ``node``
+          through ``RaySink``), so ranks and nodes stay separate series.
         - Only the latest value is kept; a scrape sees the last record written
           for each watch. ``write`` just updates a dict under a lock, on the
           monitor's loop; scrapes read it on prometheus_client's server thread.
@@ -137,8 +148,10 @@ class PrometheusSink(BaseSink):
         namespace: str = "monitor_async",
         max_series: int = 10_000,
         name: str | None = None,
+        ranks: Ranks = "all",
     ) -> None:
         self.name = name
+        self.ranks = check_ranks(ranks, "PrometheusSink")
         if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535):
             raise ValueError(f"PrometheusSink {self.label!r}: port must be 0..65535 or None, got {port!r}")
         if not isinstance(host, str) or not host:
@@ -213,18 +226,19 @@ class PrometheusSink(BaseSink):
             for record in records:
                 prefix = record.name + "/"
                 cut = len(prefix)
+                at = (record.name, record.source)  # the source's fields (rank, host...) become labels
                 for key, value in record.metrics.items():
                     metric = key[cut:] if key.startswith(prefix) else key
                     family = self._family(metric)
                     series = collector.families.get(family)
-                    if series is None or record.name not in series:
+                    if series is None or at not in series:
                         if not self._admit(family, record.name):
                             continue
                         if series is None:
                             series = collector.families[family] = {}
                             collector.help[family] = f"Latest value of stats() key {metric!r}."
-                    series[record.name] = value
-                collector.times[record.name] = record.time
+                    series[at] = value
+                collector.times[at] = record.time
 
     def _admit(self, family: str, watch: str) -> bool:
         if self._series < self.max_series:

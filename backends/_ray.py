@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import os
+import socket
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from monitor_async import BaseSink, Record
+from monitor_async import ConfigError, Record
+from monitor_async.distributed import Ranks, Source, check_ranks
+
+from ._delivery import Failure
+from ._resilient import ResilientSink
 
 try:
     import ray
-    from ray.exceptions import RayActorError
+    from ray.exceptions import ActorUnavailableError, RayActorError
 except ImportError as exc:  # pragma: no cover - depends on the install
     raise ImportError("RaySink needs Ray: pip install 'monitor-async[ray]'") from exc
 
@@ -66,7 +72,7 @@ def _reconnect(actor: Any, name: str) -> RaySink:
     return RaySink._from_handle(actor, name)
 
 
-class RaySink(BaseSink):
+class RaySink(ResilientSink):
     """Builds ``sink_cls(*args, **kwargs)`` inside a Ray actor and forwards writes to it.
 
     Guarantees:
@@ -86,10 +92,25 @@ class RaySink(BaseSink):
         - Ownership: only the handle that built the actor closes the hosted
           sink and ends the actor on ``close()``; copies and connected
           handles only flush on ``close()``. Close the owner last.
+        - Provenance: each record leaves this process with ``host``,
+          ``pid`` and ``node`` (the Ray node id) added to its ``source``
+          (fields it already has, such as ``rank``, are kept), so the
+          hosted sink can tell senders apart, even two Ray nodes on one
+          machine. ``ranks`` is this handle's (default ``"all"``).
         - Errors raised by the hosted sink come back from the awaited call
           (Ray wraps them so they are also instances of the original
           exception type); an actor that cannot build its sink raises a
           ``RuntimeError`` naming the sink on the first call.
+        - The actor calls go through the resilient delivery of
+          :class:`~monitor_async.backends.ResilientSink`: while the actor is
+          temporarily unavailable (restarting after a crash, with
+          ``actor_options={"max_restarts": ...}``), batches wait in this
+          handle's spool and go out, in order, once it answers; ``write``
+          returns when the hosted sink has written the batch or the actor
+          was found unavailable. An actor that is gone for good, or an error
+          of the hosted sink, is not retried. ``delivery`` takes the
+          spool's options (``{"spool_dir": ..., "spool_bytes": ...,
+          "backoff": Backoff(...)}``); each handle has its own spool.
 
     ``actor_options`` go to ``ray.remote(...).options()``; the default
     ``{"num_cpus": 0}`` lets the (I/O bound) sink actor sit next to tasks
@@ -114,18 +135,29 @@ class RaySink(BaseSink):
         [3.0]
     """
 
+    ack_wait = None  # write() returns once the hosted sink wrote the batch (or the actor is away)
+
     def __init__(
         self,
         sink_cls: Callable[..., Any],
         *args: Any,
         actor_options: Mapping[str, Any] | None = None,
+        ranks: Ranks = "all",
+        delivery: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
+        self.ranks = check_ranks(ranks, "RaySink")
+        self._stamps: dict[Source, Source] = {}
         if not callable(sink_cls):
             raise TypeError(f"RaySink: sink_cls must be a sink class or factory, got {sink_cls!r}")
+        unknown = sorted(set(delivery or {}) - {"spool_dir", "spool_bytes", "backoff"})
+        if unknown:
+            raise ConfigError(
+                f"RaySink: delivery takes spool_dir, spool_bytes and backoff; got {', '.join(unknown)}"
+            )
         options = {"num_cpus": 0, **(actor_options or {})}
         inner = options.get("name") or kwargs.get("name") or getattr(sink_cls, "__name__", "sink").lower()
-        self.name = f"ray_{inner}"
+        super().__init__(name=f"ray_{inner}", **(delivery or {}))
         try:
             self._actor: Any = _RemoteHost.options(**options).remote(sink_cls, args, kwargs)
         except (TypeError, ValueError) as exc:
@@ -153,7 +185,9 @@ class RaySink(BaseSink):
     @classmethod
     def _from_handle(cls, actor: Any, name: str) -> RaySink:
         sink = cls.__new__(cls)
-        sink.name = name
+        ResilientSink.__init__(sink, name=name)
+        sink.ranks = "all"
+        sink._stamps = {}
         sink._actor = actor
         sink._owner = False
         return sink
@@ -180,28 +214,45 @@ class RaySink(BaseSink):
         try:
             return await getattr(self._actor, method).remote(*args)
         except RayActorError as exc:
-            lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
             raise RuntimeError(
                 f"RaySink {self.label!r}: the Ray actor hosting the sink is unavailable "
-                f"(it failed to build the sink, was closed by its owner, or died): {lines[-1] if lines else exc!r}"
+                f"(it failed to build the sink, was closed by its owner, or died): {_last_line(exc)}"
             ) from exc
 
-    async def _open(self) -> None:
+    def classify(self, exc: BaseException) -> Failure:
+        """An actor restarting (``ActorUnavailableError``) is retried; the hosted sink's errors are not."""
+        cause = exc.__cause__ if isinstance(exc, RuntimeError) else exc
+        if isinstance(cause, ActorUnavailableError):
+            return Failure(True, True, None, None, f"the Ray actor is unavailable for now: {_last_line(cause)}")
+        if isinstance(cause, RayActorError):
+            return Failure(False, False, None, None, f"the Ray actor is gone: {_last_line(cause)}")
+        return super().classify(exc)
+
+    async def open_client(self) -> None:
         await self._remote("ready")
 
-    async def _write(self, records: Sequence[Record]) -> None:
-        await self._remote("write", list(records))
+    async def send(self, records: Sequence[Record], destination: str | None) -> None:
+        await self._remote("write", self._stamp(records))
 
-    async def flush(self) -> None:
-        """Flushes the hosted sink (also when this handle wrote nothing: others may have)."""
-        if not self._closed:
-            await self._remote("flush")
+    def _stamp(self, records: Sequence[Record]) -> list[Record]:
+        """The records with this sender (host, pid, Ray node id) added to their source; one Source per source."""
+        stamps = self._stamps
+        out = []
+        for r in records:
+            source = stamps.get(r.source)  # type: ignore[call-overload]
+            if source is None:
+                if len(stamps) >= 1024:  # sources that keep changing: stay bounded
+                    stamps.clear()
+                if not stamps:  # first use in this process (a handle may have been pickled over)
+                    self._sender = {
+                        "host": socket.gethostname(), "pid": os.getpid(),
+                        "node": ray.get_runtime_context().get_node_id(),
+                    }
+                source = stamps[r.source] = Source({**self._sender, **r.source})  # type: ignore[index]
+            out.append(Record(r.name, r.step, r.time, r.metrics, source))
+        return out
 
-    async def close(self) -> None:
-        """Owner: closes the hosted sink and ends the actor. Other handles: flush only. Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
+    async def close_client(self) -> None:
         if not self._owner:
             await self._remote("flush")
             return
@@ -209,3 +260,24 @@ class RaySink(BaseSink):
             await self._remote("close")
         finally:
             ray.kill(self._actor, no_restart=True)
+
+    async def flush(self) -> None:
+        """Flushes the hosted sink (also when this handle wrote nothing: others may have)."""
+        if not self._closed:
+            if self._opened:
+                await self._settled()
+            await self._remote("flush")
+
+    async def close(self) -> None:
+        """Owner: closes the hosted sink and ends the actor. Other handles: flush only. Idempotent."""
+        if self._closed:
+            return
+        opened = self._opened
+        await super().close()  # opened: deliver what it can, stop the delivery task, close_client()
+        if not opened:
+            await self.close_client()
+
+
+def _last_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[-1] if lines else repr(exc)

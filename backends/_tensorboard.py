@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from monitor_async import Record, ThreadedSink
+from monitor_async.distributed import Ranks, check_ranks, keep_apart
 
 __all__ = ["TensorBoardSink"]
 
@@ -35,6 +36,11 @@ class TensorBoardSink(ThreadedSink):
         - Each sink writes its own file (``events.out.tfevents.<time>.<host>
           .<pid>.<n><filename_suffix>``), so sinks sharing a folder, or a
           sink reopened on it, never overwrite each other.
+        - Ranks: by default (``ranks="main"``) only the main rank of a
+          distributed job opens and writes the sink; other ranks never
+          touch ``log_dir``. With ``ranks="all"`` each rank writes under
+          ``log_dir/rank<r>`` (a run of its own in TensorBoard), unless
+          ``log_dir`` holds ``{rank}``, which is then replaced.
 
     Example:
         >>> import asyncio, tempfile
@@ -58,12 +64,14 @@ class TensorBoardSink(ThreadedSink):
         flush_secs: float = 10.0,
         filename_suffix: str = "",
         name: str | None = None,
+        ranks: Ranks = "main",
     ) -> None:
         if not isinstance(log_dir, (str, os.PathLike)):
             raise TypeError(f"TensorBoardSink: log_dir must be a str or os.PathLike, got {type(log_dir).__name__}")
         if not (isinstance(flush_secs, (int, float)) and flush_secs > 0):
             raise ValueError(f"TensorBoardSink: flush_secs must be a strictly positive number, got {flush_secs!r}")
-        self.log_dir = os.fspath(log_dir)
+        self.ranks = check_ranks(ranks, "TensorBoardSink")
+        self.log_dir = keep_apart(log_dir, self.ranks)  # ranks="all": log_dir/rank<r>, a run per rank
         self.flush_secs = float(flush_secs)
         self.filename_suffix = filename_suffix
         self.name = name

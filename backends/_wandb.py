@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from monitor_async import Record, ThreadedSink
+from monitor_async.distributed import Ranks, check_ranks
 
 __all__ = ["WandbSink"]
 
@@ -29,6 +30,9 @@ class WandbSink(ThreadedSink):
           runs on this sink's own worker thread, one at a time, in record
           order, never on the event loop. Constructing the sink does no I/O
           and does not import wandb. Works offline (``WANDB_MODE=offline``).
+        - Ranks: by default (``ranks="main"``) only the main rank of a
+          distributed job opens a run and logs; with ``ranks="all"`` every
+          rank logs to a run of its own (pass ``group=`` to see them together).
 
     Example:
         >>> import asyncio, os, tempfile
@@ -47,7 +51,8 @@ class WandbSink(ThreadedSink):
         3
     """
 
-    def __init__(self, run: Any = None, *, name: str | None = None, **init_kwargs: Any) -> None:
+    def __init__(self, run: Any = None, *, name: str | None = None, ranks: Ranks = "main", **init_kwargs: Any) -> None:
+        self.ranks = check_ranks(ranks, "WandbSink")
         if run is not None and init_kwargs:
             raise ValueError(
                 f"WandbSink: got a run and wandb.init arguments {sorted(init_kwargs)}; pass one or the other"

@@ -34,7 +34,7 @@ class Row:
 
     ``goal`` is ``("ratio", x)`` (ours / TorchRL >= x), ``("min", x)``
     (ours >= x), ``("max", x)`` (ours <= x), ``("below", x)`` (ours < x) or
-    ``None`` (reported only). ``unit`` is ``"/s"``, ``"share"`` or ``"MB"``.
+    ``None`` (reported only). ``unit`` is ``"/s"``, ``"share"``, ``"MB"``, ``"records"`` or ``"s"``.
     ``who`` names what ``ours`` measured: our monitor, or ``"floor"`` (see
     :class:`Bare`).
     """

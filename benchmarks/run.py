@@ -66,6 +66,14 @@ SCENARIOS: dict[str, Scenario] = {
     "trainer": Scenario("bench_trainer", "run", {}, {"seconds": 1.0, "repeat": 1}),
     "scale": Scenario("bench_scale", "run", {}, {"targets": 2000, "warmup": 1.0, "seconds": 2.0}),
     "memory": Scenario("bench_memory", "run", {}, {"warmup": 0.5, "seconds": 1.5}),
+    "ray_targets": Scenario(
+        "bench_distributed", "run_ray_targets", {}, {"actors": 4, "warmup": 1.0, "seconds": 2.0}
+    ),
+    "ray_sink": Scenario(
+        "bench_distributed", "run_ray_sink", {}, {"processes": 2, "targets": 20, "seconds": 2.0, "capacity_targets": 40}
+    ),
+    "reduce": Scenario("bench_distributed", "run_reduce", {}, {"ranks": 2, "warmup": 1.0, "seconds": 2.0}),
+    "remote": Scenario("bench_remote", "run", {}, {"seconds": 8.0, "outage": 3.0, "targets": 5}),
 }
 
 
@@ -78,6 +86,12 @@ def fmt(value: float | None, unit: str) -> str:
     value = round(value, 3) + 0.0  # no "-0.000"
     if unit == "MB":
         return f"{value:.3f} MB"
+    if unit == "us":
+        return f"{value:,.0f} us"
+    if unit == "records":
+        return f"{value:,.0f}"
+    if unit == "s":
+        return f"{value:.2f} s"
     return f"{value:.3f}"
 
 

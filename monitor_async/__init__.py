@@ -5,6 +5,7 @@ Public API::
     from monitor_async import Monitor, SyncMonitor, LoggerMonitor, Every, Record
     from monitor_async import Sink, BaseSink, ThreadedSink, LoggerSink   # for sink authors
     from monitor_async import MonitorError                              # and its subclasses
+    from monitor_async.distributed import world, World, Reduce          # distributed runs
 
 The sinks themselves live in :mod:`monitor_async.backends`. This module only
 re-exports; each concept lives in a private module of its own.
@@ -12,6 +13,7 @@ re-exports; each concept lives in a private module of its own.
 
 from ._exceptions import (
     ConfigError,
+    DeliveryError,
     MonitorClosedError,
     MonitorError,
     PollError,
@@ -35,6 +37,7 @@ from ._version import __version__
 __all__ = [
     "BaseSink",
     "ConfigError",
+    "DeliveryError",
     "Every",
     "LoggerMonitor",
     "LoggerSink",

@@ -15,7 +15,8 @@ existed, so ``except ValueError`` / ``except RuntimeError`` keep working::
     │   ├── StatsCycleError(ValueError)  stats() returned a mapping that contains itself
     │   └── PollTimeoutError(TimeoutError)  stats() did not answer within the watch's timeout
     └── SinkError                        a sink failed
-        └── SinkClosedError(RuntimeError)   a closed sink was written to or opened
+        ├── SinkClosedError(RuntimeError)   a closed sink was written to or opened
+        └── DeliveryError                   a network sink could not deliver a batch (status, retryable)
 
 Errors raised *by user code* (a target's ``stats()``, a sink's ``write``)
 reach ``on_error="raise"`` callers as they were raised, not wrapped.
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 __all__ = [
     "ConfigError",
+    "DeliveryError",
     "MonitorClosedError",
     "MonitorError",
     "PollError",
@@ -95,10 +97,67 @@ class SinkClosedError(SinkError, RuntimeError):
     """A closed sink was written to or opened again."""
 
 
+def _retryable(status: int | None) -> bool:
+    """No reply (``None``), a timeout (408), too many requests (429) or a server error (5xx)."""
+    return status is None or status in (408, 429) or 500 <= status <= 599
+
+
+class DeliveryError(SinkError):
+    """A network sink could not deliver a batch; says whether trying again may help.
+
+    Network sinks (``MLflowSink``, ``OTLPSink``, ``RaySink``, or a sink built
+    on ``ResilientSink``) raise it, or take it from their ``send`` hook, to say
+    how a delivery failed. Retried later: no reply (``status=None``), 408,
+    429 and 5xx. Never retried: any other status (a 4xx is the server
+    refusing the batch).
+
+    Args:
+        message: what failed, naming the sink, the status and the server's own message.
+        status: the HTTP status of the reply, or ``None`` when there was no reply.
+        retry_after: seconds the server asked to wait (``Retry-After``), or ``None``.
+        retryable: whether to try again; by default from ``status`` as above.
+        sent: whether the request may have reached the server although no reply
+            came back (a read timeout, a reset connection): sending it again may
+            make a duplicate.
+
+    Example:
+        >>> from monitor_async import DeliveryError
+        >>> DeliveryError("busy", status=503, retry_after=2.0).retryable
+        True
+        >>> DeliveryError("bad key", status=400).retryable
+        False
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        retry_after: float | None = None,
+        retryable: bool | None = None,
+        sent: bool = False,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retry_after = retry_after
+        self.retryable = _retryable(status) if retryable is None else retryable
+        self.sent = sent
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # keyword-only arguments: rebuilt through a helper so the error pickles (Ray, multiprocessing)
+        return _rebuild_delivery_error, (str(self), self.status, self.retry_after, self.retryable, self.sent)
+
+
+def _rebuild_delivery_error(
+    message: str, status: int | None, retry_after: float | None, retryable: bool, sent: bool
+) -> DeliveryError:
+    return DeliveryError(message, status=status, retry_after=retry_after, retryable=retryable, sent=sent)
+
+
 # shown as ``monitor_async.ConfigError`` in tracebacks: the name users import it by
 for _cls in (
     MonitorError, ConfigError, SinkTypeError, WatchTypeError, MonitorClosedError, RunNotFoundError, PollError,
-    StatsTypeError, StatsCycleError, PollTimeoutError, SinkError, SinkClosedError,
+    StatsTypeError, StatsCycleError, PollTimeoutError, SinkError, SinkClosedError, DeliveryError,
 ):
     _cls.__module__ = "monitor_async"
 del _cls

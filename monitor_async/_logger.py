@@ -19,6 +19,7 @@ from typing import Any
 from ._exceptions import SinkTypeError
 from ._record import Record
 from ._sink import ThreadedSink
+from .distributed import Ranks, check_ranks
 
 __all__ = ["LoggerSink", "Report", "as_sink", "is_async_callable"]
 
@@ -146,6 +147,8 @@ class LoggerSink(ThreadedSink):
         logger: the logger to adapt.
         name: the sink's label in ``Monitor.stats()``; default: the logger's
             lowercase class name.
+        ranks: in a distributed job, ``"all"`` (default) or ``"main"`` (rank
+            0 only), as for every sink.
 
     Raises:
         SinkTypeError: ``logger`` is a class, a file or stream, a path, or
@@ -158,7 +161,8 @@ class LoggerSink(ThreadedSink):
         >>> sink = LoggerSink(PrintLogger())
     """
 
-    def __init__(self, logger: Any, *, name: str | None = None) -> None:
+    def __init__(self, logger: Any, *, name: str | None = None, ranks: Ranks = "all") -> None:
+        self.ranks = check_ranks(ranks, "LoggerSink")
         _refuse_non_instances(logger)
         style = next((s for s in _STYLES if callable(getattr(logger, s, None))), None)
         if style is None:

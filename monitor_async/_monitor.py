@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import math
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
@@ -14,15 +15,46 @@ from ._callers import OFFLOADS, Offload, make_caller
 from ._channel import channels_for
 from ._errors import ON_ERROR, ErrorPolicy, OnError, log
 from ._exceptions import ConfigError, WatchTypeError
-from ._options import default_name as _default_name
-from ._options import positive as _positive
 from ._poll import GRACE, SKIPPED, Counters, Poller
 from ._queue import wait_for_waiter
+from ._record import Record
+from ._reduce import Reduce, ReducedWatch, watch_reduced
 from ._schedule import Every
 from ._threads import WorkerPool
 from ._watch import Watch
+from .distributed import World, for_rank, source_of
+from .distributed import world as detect_world
 
 __all__ = ["Monitor"]
+
+
+def _positive(name: str, value: float | None, *, integer: bool = False, zero: bool = False) -> None:
+    """Raises ``ValueError`` naming the option unless ``value`` is a finite number > 0 (>= 0 with ``zero``).
+
+    ``None`` passes (an option left to its default), except for an option that may be ``0``.
+    """
+    if value is None:
+        ok = not zero
+    elif isinstance(value, bool) or not isinstance(value, int if integer else (int, float)):
+        ok = False
+    else:
+        ok = (value >= 0 if zero else value > 0) and (integer or not math.isinf(value))
+    if not ok:
+        kind = "a positive integer" if integer else "a finite number of seconds >= 0" if zero else (
+            "a strictly positive number of seconds"
+        )
+        raise ConfigError(f"Monitor: {name} must be {kind}, got {value!r}")
+
+
+def _default_name(target: Any) -> str:
+    """The lowercase class name; for a manager proxy or a Ray actor handle, the class behind it."""
+    name = type(target).__name__
+    if name.startswith("AutoProxy[") and name.endswith("]"):
+        name = name[len("AutoProxy[") : -1]
+    elif name == "ActorHandle":
+        descriptor = getattr(target, "_ray_actor_creation_function_descriptor", None)
+        name = (getattr(descriptor, "class_name", None) or name).rpartition(".")[2]
+    return name.lower()
 
 
 class Monitor:
@@ -63,6 +95,11 @@ class Monitor:
           another one.
         - The monitor never closes targets, and closes sinks only when built
           with ``close_sinks=True``.
+        - In a distributed job (``world=`` or :func:`monitor_async.distributed.world`),
+          a sink built with ``ranks="main"`` is left out on every rank but
+          rank 0 (never opened there), each record's ``source`` holds the
+          rank, and the monitor never calls a collective or waits for another
+          rank (see ``watch(reduce=...)``).
 
     Example:
         >>> import asyncio
@@ -93,6 +130,7 @@ class Monitor:
         thread_limit: int = 8,
         max_values: int = 10_000,
         batch_wait: float = 0.25,
+        world: World | None = None,
     ) -> None:
         if on_error not in ON_ERROR:
             raise ConfigError(f"Monitor: on_error must be 'warn', 'raise' or 'ignore', got {on_error!r}")
@@ -113,6 +151,12 @@ class Monitor:
         self._pool: WorkerPool | None = None
         self._errors = ErrorPolicy(on_error)
         self._errors.on_fatal = self._halt_polling
+        if world is not None and not isinstance(world, World):
+            raise ConfigError(f"Monitor: world must be a monitor_async.distributed.World, got {world!r}")
+        self.world = world if world is not None else detect_world()
+        self._source = source_of(self.world)  # Record.source of this monitor's records
+        self._linked: dict[str, list[str]] = {}  # a reduced watch's name: the watches it stands for
+        sinks = for_rank(sinks, self.world)  # a ranks="main" sink is never opened away from rank 0
         self._channels = channels_for(sinks, queue_size, max_batch, self._errors, float(batch_wait))
         self._counters = Counters()
         self._poller = Poller(self._counters, self._channels, self._errors, self._worker_pool)
@@ -157,6 +201,8 @@ class Monitor:
         poll_interval: float | None = None,
         timeout: float | None = None,
         offload: Offload = "auto",
+        reduce: Reduce | Mapping[str, str | Sequence[str]] | None = None,
+        _publish: Callable[[Record], None] | None = None,
     ) -> str:
         """Registers ``target`` and returns its watch name. Works before and while running.
 
@@ -167,7 +213,21 @@ class Monitor:
         thread, ``"auto"`` inline unless the target is a blocking proxy or
         turns out slow. Raises ``ValueError`` for a duplicate name or a bad
         option and ``TypeError`` when there is nothing to call.
+
+        ``reduce={"loss": "mean", ...}`` (or a :class:`~monitor_async.distributed.Reduce`)
+        on every rank makes the main rank also log ``"<name>/all"``: each key
+        reduced across the ranks (``sum``, ``mean``, ``min``, ``max``,
+        ``p50``, ``p90``, ``p99``), ``ranks`` (snapshots that went in) and
+        ``stale`` (ranks left out). With a list of targets the reduction is
+        over the group, in this process: members are ``"<name>/0"``... and
+        the count is ``targets``. See :mod:`monitor_async.distributed`.
         """
+        if reduce is not None:
+            return watch_reduced(self, target, reduce, name, dict(
+                schedule=schedule, step=step, stats_fn=stats_fn, stats_kwargs=stats_kwargs,
+                rate_keys=rate_keys, log_on_start=log_on_start, log_on_close=log_on_close,
+                poll_interval=poll_interval, timeout=timeout, offload=offload,
+            ))
         if offload not in OFFLOADS:
             raise ConfigError(f"watch: offload must be 'auto', 'inline' or 'thread', got {offload!r}")
         _positive("poll_interval", poll_interval)
@@ -192,12 +252,12 @@ class Monitor:
                 name = f"{base}_{n}"
         elif not isinstance(name, str) or not name:
             raise ConfigError(f"watch: name must be a non-empty string, got {name!r}")
-        elif name in self._watches:
+        elif name in self._watches or name in self._linked:
             raise ConfigError(f"A watch named {name!r} is already registered")
         if step is None and schedule is not None and schedule.kind == "counter":
             step = schedule.key
         interval = float(poll_interval or self.poll_interval)
-        watch = Watch(
+        watch = (Watch if _publish is None else ReducedWatch)(
             target=target,
             name=name,
             caller=make_caller(target, stats_fn, dict(stats_kwargs or {}), offload, self._worker_pool),
@@ -209,14 +269,23 @@ class Monitor:
             interval=interval,
             timeout=float(timeout or self.poll_timeout or interval),
             max_values=self._max_values,
+            source=self._source,
         )
+        if _publish is not None:
+            watch.publish = _publish  # type: ignore[attr-defined]
         self._watches[name] = watch
         if self._loop is not None:
             self._spawn(watch)
         return name
 
     def unwatch(self, name: str) -> None:
-        """Stops polling the named target (the target itself is left alone)."""
+        """Stops polling the named target (the target itself is left alone); a reduced watch goes whole."""
+        linked = self._linked.pop(name, [])
+        for other in linked:
+            if other != name:
+                self.unwatch(other)
+        if linked and name not in self._watches:  # a group: only its members and "<name>/all" are watches
+            return
         if name not in self._watches:
             raise KeyError(f"No watch named {name!r}")
         del self._watches[name]
@@ -443,11 +512,13 @@ class Monitor:
         """The monitor's own counters, flat, so a monitor can watch itself.
 
         Keys: ``polls``, ``polls_failed``, ``polls_timed_out``, ``polls_missed``,
-        ``records``, ``values_dropped``, ``watches`` and, per sink label,
-        ``sink/<label>/queued`` (records waiting now), ``written``, ``dropped``
-        (pushed out of a full queue, or lost with a failed write),
-        ``abandoned`` (given up on at ``stop()``: the sink hung), ``delivered``
-        (every record handed to the sink), ``errors`` and ``write_seconds``.
+        ``records``, ``values_dropped``, ``watches``, ``targets_dead`` (dead
+        targets polled with backoff now), ``targets_died`` (deaths so far) and,
+        per sink label, ``sink/<label>/queued`` (records waiting now),
+        ``written``, ``dropped`` (pushed out of a full queue, or lost with a
+        failed write), ``abandoned`` (given up on at ``stop()``: the sink
+        hung), ``delivered`` (every record handed to the sink), ``errors`` and
+        ``write_seconds``.
         """
         c = self._counters
         out = {
@@ -458,6 +529,8 @@ class Monitor:
             "records": float(c.records),
             "values_dropped": float(c.values_dropped),
             "watches": float(len(self._watches)),
+            "targets_dead": float(c.targets_dead),
+            "targets_died": float(c.targets_died),
         }
         for channel in self._channels:
             channel.report(out)

@@ -1,18 +1,17 @@
-"""The keyword options of ``Monitor`` and ``Monitor.watch``: their types (for the facades that forward
-them) and their checks."""
+"""The keyword options of ``Monitor`` and ``Monitor.watch``, for the facades that forward them."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypedDict
 
 from ._callers import Offload
 from ._errors import OnError
-from ._exceptions import ConfigError
+from ._reduce import Reduce
 from ._schedule import Every
+from .distributed import World
 
-__all__ = ["MonitorOptions", "WatchOptions", "default_name", "positive"]
+__all__ = ["MonitorOptions", "WatchOptions"]
 
 
 class MonitorOptions(TypedDict, total=False):
@@ -28,6 +27,7 @@ class MonitorOptions(TypedDict, total=False):
     thread_limit: int
     max_values: int
     batch_wait: float
+    world: World | None
 
 
 class WatchOptions(TypedDict, total=False):
@@ -44,32 +44,4 @@ class WatchOptions(TypedDict, total=False):
     poll_interval: float | None
     timeout: float | None
     offload: Offload
-
-
-def positive(name: str, value: float | None, *, integer: bool = False, zero: bool = False) -> None:
-    """Raises ``ValueError`` naming the option unless ``value`` is a finite number > 0 (>= 0 with ``zero``).
-
-    ``None`` passes (an option left to its default), except for an option that may be ``0``.
-    """
-    if value is None:
-        ok = not zero
-    elif isinstance(value, bool) or not isinstance(value, int if integer else (int, float)):
-        ok = False
-    else:
-        ok = (value >= 0 if zero else value > 0) and (integer or not math.isinf(value))
-    if not ok:
-        kind = "a positive integer" if integer else "a finite number of seconds >= 0" if zero else (
-            "a strictly positive number of seconds"
-        )
-        raise ConfigError(f"Monitor: {name} must be {kind}, got {value!r}")
-
-
-def default_name(target: Any) -> str:
-    """The lowercase class name; for a manager proxy or a Ray actor handle, the class behind it."""
-    name = type(target).__name__
-    if name.startswith("AutoProxy[") and name.endswith("]"):
-        name = name[len("AutoProxy[") : -1]
-    elif name == "ActorHandle":
-        descriptor = getattr(target, "_ray_actor_creation_function_descriptor", None)
-        name = (getattr(descriptor, "class_name", None) or name).rpartition(".")[2]
-    return name.lower()
+    reduce: Reduce | Mapping[str, str | Sequence[str]] | None

@@ -21,6 +21,7 @@ from ._callers import Busy, InlineCaller, ThreadCaller
 from ._channel import Channel
 from ._errors import ErrorPolicy, describe, log
 from ._exceptions import PollError, PollTimeoutError
+from ._health import on_failure
 from ._record import Record
 from ._threads import WorkerPool
 from ._watch import Watch
@@ -40,7 +41,10 @@ GRACE = 0.25
 class Counters:
     """The monitor's own cumulative poll counters (``Monitor.stats()``)."""
 
-    __slots__ = ("polls", "polls_failed", "polls_missed", "polls_timed_out", "records", "values_dropped")
+    __slots__ = (
+        "polls", "polls_failed", "polls_missed", "polls_timed_out", "records", "targets_dead", "targets_died",
+        "values_dropped",
+    )
 
     def __init__(self) -> None:
         self.polls = 0
@@ -49,6 +53,8 @@ class Counters:
         self.polls_missed = 0
         self.records = 0
         self.values_dropped = 0
+        self.targets_dead = 0  # dead targets polled with backoff now (_health)
+        self.targets_died = 0
 
 
 class Poller:
@@ -177,6 +183,8 @@ class Poller:
 
     def fail(self, watch: Watch, message: str, exc: BaseException) -> None:
         self.counters.polls_failed += 1
+        if on_failure(self, watch, exc):  # a dead target: reported once, then polled with backoff
+            return
         self.errors.report(message, as_error(exc, PollError, message), first=not watch.failing)
         watch.failing = True
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .distributed import EMPTY_SOURCE, Source
 
 __all__ = ["Record", "new_record"]
 
@@ -19,32 +23,65 @@ class Record:
             or ``None`` when the sink should number the records itself.
         time: unix time (seconds) of the poll that produced the snapshot.
         metrics: flat ``{"<name>/<metric>": float}`` mapping, rates included.
+        source: where the record came from, a small read-only mapping
+            (:class:`~monitor_async.distributed.Source`): empty in a plain
+            single process; ``{"rank": r}`` on a rank of a job of several;
+            a :class:`~monitor_async.backends.RaySink` adds the sender's
+            ``host``, ``pid`` and Ray ``node`` id. A plain mapping given here
+            is made read-only.
 
     Example:
         >>> r = Record(name="rb", step=3, time=0.0, metrics={"rb/size": 3.0})
-        >>> r.metrics["rb/size"]
-        3.0
+        >>> r.metrics["rb/size"], dict(r.source)
+        (3.0, {})
+        >>> Record("rb", 3, 0.0, {}, {"rank": 1}).source["rank"]
+        1
     """
 
     name: str
     step: int | None
     time: float
     metrics: dict[str, float]
+    source: Mapping[str, Any] = field(default=EMPTY_SOURCE)
+
+    def __post_init__(self) -> None:
+        if type(self.source) is not Source:
+            object.__setattr__(self, "source", Source(self.source) if self.source else EMPTY_SOURCE)
+
+    def with_source(self, more: Mapping[str, Any]) -> Record:
+        """This record with ``more`` added to its source (``more`` wins on a shared key).
+
+        Args:
+            more: the fields to add, e.g. ``{"host": "n1", "pid": 42}``.
+
+        Returns:
+            A new record sharing this one's metrics dict.
+
+        Example:
+            >>> Record("rb", None, 0.0, {}, {"rank": 1}).with_source({"pid": 7}).source
+            Source({'rank': 1, 'pid': 7})
+        """
+        source = self.source
+        merged = source.merge(more) if isinstance(source, Source) else Source({**source, **more})
+        return new_record(self.name, self.step, self.time, self.metrics, merged)
 
 
 _new = object.__new__
-_set_name, _set_step, _set_time, _set_metrics = (
-    Record.__dict__[field].__set__ for field in ("name", "step", "time", "metrics")
+_set_name, _set_step, _set_time, _set_metrics, _set_source = (
+    Record.__dict__[field].__set__ for field in ("name", "step", "time", "metrics", "source")
 )
 
 
-def new_record(name: str, step: int | None, time: float, metrics: dict[str, float]) -> Record:
-    """``Record(name, step, time, metrics)`` for the poll path, in about 60% of the time.
+def new_record(
+    name: str, step: int | None, time: float, metrics: dict[str, float], source: Source = EMPTY_SOURCE
+) -> Record:
+    """``Record(name, step, time, metrics, source)`` for the poll path, in about 60% of the time.
 
     A frozen dataclass's ``__init__`` sets each field through
-    ``object.__setattr__``; this fills the four slots through their
-    descriptors directly. The result is an ordinary ``Record`` (equal,
-    hashable, frozen, picklable).
+    ``object.__setattr__``; this fills the slots through their descriptors
+    directly. The result is an ordinary ``Record`` (equal, frozen,
+    picklable). ``source`` must already be a
+    :class:`~monitor_async.distributed.Source`.
 
     Example:
         >>> new_record("rb", 3, 0.0, {"rb/size": 3.0}) == Record("rb", 3, 0.0, {"rb/size": 3.0})
@@ -55,4 +92,5 @@ def new_record(name: str, step: int | None, time: float, metrics: dict[str, floa
     _set_step(record, step)
     _set_time(record, time)
     _set_metrics(record, metrics)
+    _set_source(record, source)
     return record

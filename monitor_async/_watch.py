@@ -19,6 +19,7 @@ from ._errors import log
 from ._record import Record, new_record
 from ._schedule import Every
 from ._values import KeyCache, as_mapping, flatten
+from .distributed import EMPTY_SOURCE, Source
 
 __all__ = ["DEFAULT_RATE_NAMES", "Watch"]
 
@@ -66,6 +67,7 @@ class Watch(KeyCache):
         "rates_seen",
         "schedule",
         "slot",
+        "source",
         "step_key",
         "target",
         "timeout",
@@ -86,8 +88,10 @@ class Watch(KeyCache):
         interval: float,
         timeout: float,
         max_values: int,
+        source: Source = EMPTY_SOURCE,
     ) -> None:
         self.target = target
+        self.source = source  # Record.source of every record (the rank, in a job of several)
         self.name = name
         self.caller = caller
         self.schedule = schedule
@@ -182,7 +186,7 @@ class Watch(KeyCache):
         self.baseline = counters
         self.baseline_time = self.last_log_time = now
         self.has_logged = True
-        return new_record(self.name, step, _time(), metrics), dropped
+        return new_record(self.name, step, _time(), metrics, self.source), dropped
 
     def _find_rates(self) -> None:
         seen = set(self.names.values())

@@ -1,0 +1,278 @@
+"""OTLPSink: records exported as OpenTelemetry gauge data points, through the SDK's OTLP/HTTP exporter."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from monitor_async import ConfigError, DeliveryError, Record, __version__
+from monitor_async.distributed import Ranks, check_ranks
+
+from ._delivery import Backoff, classify, parse_retry_after
+from ._resilient import DEFAULT_SPOOL_BYTES, ResilientSink
+
+try:
+    import requests
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceResponse
+    from opentelemetry.sdk.metrics.export import (
+        Gauge,
+        Metric,
+        MetricExportResult,
+        MetricsData,
+        NumberDataPoint,
+        ResourceMetrics,
+        ScopeMetrics,
+    )
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+except ImportError as exc:  # pragma: no cover - depends on the install
+    raise ImportError(
+        "OTLPSink needs the OpenTelemetry SDK and its OTLP/HTTP exporter: pip install 'monitor-async[otlp]'"
+    ) from exc
+
+__all__ = ["OTLPSink"]
+
+log = logging.getLogger("monitor_async")
+
+DEFAULT_ENDPOINT = "http://localhost:4318/v1/metrics"
+_EXPORTER_LOGGER = "opentelemetry.exporter.otlp.proto.http.metric_exporter"
+_exporting = threading.local()
+
+
+class _QuietWhileExporting(logging.Filter):
+    """Drops the exporter's own failure lines for our exports: the sink reports each failure itself."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not getattr(_exporting, "on", False)
+
+
+_quiet = _QuietWhileExporting()
+logging.getLogger(_EXPORTER_LOGGER).addFilter(_quiet)
+
+
+class _Attempt(Exception):
+    """Raised by the session so that the exporter makes one try only (see :class:`_Session`)."""
+
+
+class _Session(requests.Session):
+    """The exporter's HTTP session: one try per export, and what the server answered.
+
+    The exporter retries 429, 502, 503, 504 and lost connections itself,
+    sleeping inline for up to its timeout, and only reports success or
+    failure. Raising an exception it does not know from the session makes
+    it give up at once; :attr:`outcome` keeps what the sink decides with:
+    the status, the server's message and ``Retry-After``, or the
+    connection error.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.outcome: BaseException | None = None
+        self.rejected: tuple[int, str] | None = None
+
+    def request(self, method: Any, url: Any, *args: Any, **kwargs: Any) -> requests.Response:
+        self.outcome = self.rejected = None
+        try:
+            response = super().request(method, url, *args, **kwargs)
+        except requests.RequestException as exc:
+            failure = classify(exc)
+            self.outcome = DeliveryError(
+                f"OTLP endpoint {url!s}: {failure.message}", retryable=failure.retry, sent=failure.sent
+            )
+            self.outcome.__cause__ = exc
+            raise _Attempt(str(exc)) from exc
+        status = response.status_code
+        if not 200 <= status < 300:
+            self.outcome = DeliveryError(
+                f"OTLP export to {url!s}: HTTP {status} {response.reason or ''}".rstrip() + _detail(response),
+                status=status,
+                retry_after=parse_retry_after(response.headers.get("Retry-After")),
+            )
+            raise _Attempt(str(self.outcome))
+        if response.content:
+            try:
+                partial = ExportMetricsServiceResponse.FromString(response.content).partial_success
+            except Exception:  # noqa: BLE001 - a body that is not the protobuf reply: nothing to read
+                return response
+            if partial.rejected_data_points:
+                self.rejected = (int(partial.rejected_data_points), partial.error_message)
+        return response
+
+
+def _detail(response: requests.Response) -> str:
+    """The server's message: a ``google.rpc.Status`` (OTLP's error body) or plain text."""
+    body = response.content or b""
+    if "protobuf" in response.headers.get("Content-Type", ""):
+        try:
+            from google.rpc import status_pb2
+
+            return f": {status_pb2.Status.FromString(body).message}"
+        except Exception:  # noqa: BLE001 - not a Status after all
+            pass
+    text = " ".join(body.decode("utf-8", "replace").split())[:300]
+    return f": {text}" if text else ""
+
+
+class OTLPSink(ResilientSink):
+    """Exports every record as OpenTelemetry gauge data points over OTLP/HTTP; outages lose nothing.
+
+    Guarantees:
+        - Each metric of a record is one gauge data point: the metric's name
+          is the record key without its ``<watch>/`` prefix
+          (``collector/frames`` is ``frames``), its attribute ``watch`` the
+          watch name (plus the record's ``source`` mapping, when records
+          carry one), its time the poll time. One batch is one export
+          request (``MetricsData`` encoded and sent by the SDK's
+          ``OTLPMetricExporter``, HTTP/protobuf), made on the sink's worker
+          thread, never on the event loop.
+        - The resource names the service: ``service.name`` is
+          ``service_name``, else ``OTEL_SERVICE_NAME`` /
+          ``OTEL_RESOURCE_ATTRIBUTES``, else ``"monitor-async"``, with
+          ``resource_attributes`` and the SDK's own attributes.
+        - Each export is one try with ``timeout`` seconds; the retries are
+          the sink's, from its spool, as
+          :class:`~monitor_async.backends.ResilientSink` says: 429, 5xx and
+          lost connections are retried (``Retry-After`` obeyed), other 4xx
+          are counted errors naming the status and the collector's message.
+          Data points a collector accepts only in part (OTLP "partial
+          success") are counted (``points_rejected``) and logged once per
+          streak.
+
+    Args:
+        endpoint: the full OTLP/HTTP metrics URL; ``None``:
+            ``OTEL_EXPORTER_OTLP_METRICS_ENDPOINT``, else
+            ``OTEL_EXPORTER_OTLP_ENDPOINT`` + ``/v1/metrics``, else
+            ``http://localhost:4318/v1/metrics``.
+        headers: extra HTTP headers (an API key...); ``None``: the
+            ``OTEL_EXPORTER_OTLP_*HEADERS`` variables, read by the exporter.
+        service_name: the resource's ``service.name``.
+        resource_attributes: more resource attributes (``{"deployment.environment": "dev"}``).
+        timeout: seconds one export may take.
+        spool_dir: the spool's folder (see ``ResilientSink``); ``None``: a temporary one.
+        spool_bytes: the spool's bound in bytes (default 64 MiB).
+        backoff: the waits between tries (default ``Backoff()``).
+        name: the sink's label in ``Monitor.stats()`` (default ``"otlpsink"``).
+        ranks: ``"all"`` (default): every rank exports, its ``source`` (rank) among the attributes; ``"main"``: only the main rank of a distributed job.
+
+    Raises:
+        ConfigError: a bad option.
+
+    Example:
+        >>> sink = OTLPSink("http://127.0.0.1:4318/v1/metrics", service_name="trainer")
+        >>> sink.endpoint, sink.resource.attributes["service.name"]
+        ('http://127.0.0.1:4318/v1/metrics', 'trainer')
+    """
+
+    def __init__(
+        self,
+        endpoint: str | None = None,
+        *,
+        headers: Mapping[str, str] | None = None,
+        service_name: str | None = None,
+        resource_attributes: Mapping[str, Any] | None = None,
+        timeout: float = 10.0,
+        spool_dir: str | os.PathLike[str] | None = None,
+        spool_bytes: int = DEFAULT_SPOOL_BYTES,
+        backoff: Backoff | None = None,
+        name: str | None = None,
+        ranks: Ranks = "all",
+    ) -> None:
+        super().__init__(spool_dir=spool_dir, spool_bytes=spool_bytes, backoff=backoff, name=name)
+        self.ranks = check_ranks(ranks, "OTLPSink")
+        if endpoint is not None and (not isinstance(endpoint, str) or "://" not in endpoint):
+            raise ConfigError(f"OTLPSink: endpoint must be a URL like {DEFAULT_ENDPOINT!r}, got {endpoint!r}")
+        if headers is not None and (
+            not isinstance(headers, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items())
+        ):
+            raise ConfigError(f"OTLPSink: headers must be a mapping of strings, got {headers!r}")
+        if service_name is not None and (not isinstance(service_name, str) or not service_name):
+            raise ConfigError(f"OTLPSink: service_name must be a non-empty string, got {service_name!r}")
+        if resource_attributes is not None and not isinstance(resource_attributes, Mapping):
+            raise ConfigError(f"OTLPSink: resource_attributes must be a mapping, got {resource_attributes!r}")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < math.inf:
+            raise ConfigError(f"OTLPSink: timeout must be a finite number of seconds > 0, got {timeout!r}")
+        self.endpoint = endpoint or os.environ.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") or (
+            f"{os.environ['OTEL_EXPORTER_OTLP_ENDPOINT'].rstrip('/')}/v1/metrics"
+            if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") else DEFAULT_ENDPOINT
+        )
+        attributes: dict[str, Any] = dict(resource_attributes or {})
+        if service_name is not None:
+            attributes["service.name"] = service_name
+        resource = Resource.create(attributes)
+        if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
+            resource = resource.merge(Resource({"service.name": "monitor-async"}))
+        self.resource = resource
+        """The OpenTelemetry resource every export carries."""
+        self._headers = None if headers is None else dict(headers)
+        self._timeout = float(timeout)
+        self._scope = InstrumentationScope("monitor_async", __version__)
+        self._exporter: OTLPMetricExporter | None = None
+        self._session: _Session | None = None
+        self._partial = False
+        self.points_rejected = 0
+
+    def counters(self) -> dict[str, float]:
+        return {**super().counters(), "points_rejected": float(self.points_rejected)}
+
+    def open_blocking(self) -> None:
+        self._session = _Session()
+        self._exporter = OTLPMetricExporter(
+            endpoint=self.endpoint, headers=self._headers, timeout=self._timeout, session=self._session
+        )
+
+    def metrics_data(self, records: Sequence[Record]) -> MetricsData:
+        """The SDK's ``MetricsData`` for a batch: one gauge per metric name, a data point per record."""
+        points: dict[str, list[NumberDataPoint]] = {}
+        for record in records:
+            prefix = record.name + "/"
+            attributes: dict[str, Any] = {"watch": record.name}
+            source = getattr(record, "source", None)
+            if isinstance(source, Mapping):
+                attributes.update(
+                    (str(k), v) for k, v in source.items() if isinstance(v, (str, bool, int, float))
+                )
+            stamp = int(record.time * 1e9)
+            for key, value in record.metrics.items():
+                metric = key[len(prefix):] if key.startswith(prefix) else key
+                points.setdefault(metric, []).append(
+                    NumberDataPoint(attributes=attributes, start_time_unix_nano=0, time_unix_nano=stamp, value=value)
+                )
+        metrics = [Metric(name=n, description="", unit="", data=Gauge(data_points=p)) for n, p in points.items()]
+        scope = ScopeMetrics(scope=self._scope, metrics=metrics, schema_url="")
+        return MetricsData(resource_metrics=[ResourceMetrics(resource=self.resource, scope_metrics=[scope], schema_url="")])
+
+    def send_blocking(self, records: Sequence[Record], destination: str | None) -> None:
+        exporter, session = self._exporter, self._session
+        assert exporter is not None and session is not None
+        _exporting.on = True
+        try:
+            result = exporter.export(self.metrics_data(records))
+        except _Attempt:  # exporter versions that let the session's exception through
+            result = MetricExportResult.FAILURE
+        finally:
+            _exporting.on = False
+        if result is not MetricExportResult.SUCCESS:
+            raise session.outcome or DeliveryError(
+                f"OTLP export to {self.endpoint}: the exporter refused the batch (too large or not encodable)",
+                retryable=False,
+            )
+        if session.rejected is not None:
+            count, message = session.rejected
+            self.points_rejected += count
+            if not self._partial:
+                self._partial = True
+                log.warning(
+                    "sink %r: the collector rejected %d data points (%s); further ones are counted in "
+                    "monitor.stats()['sink/%s/points_rejected']", self.label, count, message, self.label,
+                )
+        else:
+            self._partial = False
+
+    def close_blocking(self) -> None:
+        if self._exporter is not None:
+            self._exporter.shutdown()

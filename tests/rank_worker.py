@@ -1,0 +1,63 @@
+"""One rank of a real torch.distributed (gloo) job with a monitor, for test_distributed_ranks.py.
+
+Run as ``python tests/rank_worker.py OUT INTERVAL`` with the usual
+``RANK``/``WORLD_SIZE``/``MASTER_ADDR``/``MASTER_PORT`` variables. It joins
+the process group, watches a fake learner with ``reduce=`` into a JSONL file
+per rank and a main-rank TensorBoard folder, says it is ready (``OUT/ready<rank>``),
+runs until ``OUT/stop`` exists, stops the monitor, writes the times of its
+learner's ``stats()`` calls to ``OUT/times<rank>.json`` and exits 0. It never
+calls a collective after joining.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+
+class Learner:
+    """A fake learner: its figures depend on the rank, so reductions are checkable."""
+
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+        self.times: list[float] = []
+
+    def stats(self) -> dict[str, float]:
+        self.times.append(time.monotonic())
+        return {"loss": float(self.rank), "frames": 100.0 * (self.rank + 1), "step_time": 0.01 * (self.rank + 1)}
+
+
+async def main(out: Path, interval: float) -> None:
+    from monitor_async import Monitor
+    from monitor_async.backends import JSONLSink, TensorBoardSink
+    from monitor_async.distributed import world
+
+    me = world()
+    learner = Learner(me.rank)
+    monitor = Monitor(
+        [JSONLSink(out / "rank{rank}.jsonl"), TensorBoardSink(out / "tb")],
+        poll_interval=interval, batch_wait=0, close_sinks=True,
+    )
+    monitor.watch(learner, name="learner", reduce={"loss": "mean", "frames": "sum", "step_time": "max"})
+    await monitor.start()
+    (out / f"ready{me.rank}").write_text(json.dumps({"pid": os.getpid(), "found": me.found}))
+    stop = out / "stop"
+    while not stop.exists():
+        await asyncio.sleep(0.02)
+    started = time.monotonic()
+    await monitor.stop()
+    (out / f"times{me.rank}.json").write_text(
+        json.dumps({"times": learner.times, "stop_seconds": time.monotonic() - started})
+    )
+
+
+if __name__ == "__main__":
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+    asyncio.run(main(Path(sys.argv[1]), float(sys.argv[2])))

@@ -1,0 +1,171 @@
+"""OTLPSink against a real OTLP/HTTP receiver on 127.0.0.1 that decodes with opentelemetry-proto.
+
+The receiver is the test's own HTTP server: it decodes every request as an
+``ExportMetricsServiceRequest`` (opentelemetry-proto), and answers 503 for
+a while, then 200, when a test asks, or 400 with a ``google.rpc.Status``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+pytest.importorskip("opentelemetry.exporter.otlp.proto.http")
+from google.rpc import status_pb2
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsPartialSuccess,
+    ExportMetricsServiceRequest,
+    ExportMetricsServiceResponse,
+)
+
+from monitor_async import DeliveryError, Monitor
+from monitor_async.backends import Backoff, OTLPSink
+from tests.http_receiver import Receiver, Request
+from tests.reliability.faults import Ticker, wait_until
+
+OK = (200, {}, ExportMetricsServiceResponse().SerializeToString())
+FAST = Backoff(first=0.05, cap=0.2)
+
+
+@pytest.fixture(scope="module")
+def receiver() -> Iterator[Receiver]:
+    server = Receiver(content_type="application/x-protobuf")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def collector(receiver: Receiver) -> Receiver:
+    receiver.requests.clear()
+    receiver.reply = lambda n, request: OK
+    return receiver
+
+
+def endpoint(receiver: Receiver) -> str:
+    return f"{receiver.url}/v1/metrics"
+
+
+def decode(request: Request) -> ExportMetricsServiceRequest:
+    return ExportMetricsServiceRequest.FromString(request.body)
+
+
+def attributes(items: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for kv in items:
+        kind = kv.value.WhichOneof("value")
+        out[kv.key] = getattr(kv.value, kind)
+    return out
+
+
+def points(requests: list[Request]) -> list[tuple[str, str, int, float]]:
+    """``(metric, watch, time_unix_nano, value)`` of every data point, in arrival order."""
+    out = []
+    for request in requests:
+        for rm in decode(request).resource_metrics:
+            for sm in rm.scope_metrics:
+                for metric in sm.metrics:
+                    assert metric.WhichOneof("data") == "gauge", metric.name
+                    for p in metric.gauge.data_points:
+                        out.append((metric.name, attributes(p.attributes)["watch"], p.time_unix_nano, p.as_double))
+    return out
+
+
+async def test_records_arrive_as_gauge_data_points_named_by_metric_with_the_watch_and_the_service(
+    collector: Receiver,
+) -> None:
+    sink = OTLPSink(endpoint(collector), service_name="trainer", resource_attributes={"deployment.environment": "ci"})
+    monitor = Monitor(sink)
+    monitor.watch(Ticker(size=7), name="collector", step="n", rate_keys=())
+    monitor.watch(Ticker(size=9), name="buffer", step="n", rate_keys=())
+    for _ in range(3):
+        await monitor.step()
+    await sink.close()
+
+    requests = collector.answered(200)
+    assert requests and all(r.path == "/v1/metrics" for r in requests)
+    assert all(r.headers["content-type"] == "application/x-protobuf" for r in requests)
+    first = decode(requests[0]).resource_metrics[0]
+    resource = attributes(first.resource.attributes)
+    assert resource["service.name"] == "trainer" and resource["deployment.environment"] == "ci"
+    assert resource["telemetry.sdk.name"] == "opentelemetry"
+    assert first.scope_metrics[0].scope.name == "monitor_async"
+    got = points(requests)
+    for watch, size in (("collector", 7.0), ("buffer", 9.0)):
+        assert [v for m, w, _, v in got if m == "n" and w == watch] == [1.0, 2.0, 3.0]
+        assert {v for m, w, _, v in got if m == "size" and w == watch} == {size}
+    assert {m for m, *_ in got} == {"n", "size"}  # the "<watch>/" prefix is an attribute, not in the name
+    now = time.time_ns()
+    assert all(now - 60e9 < t <= now for *_, t, _ in got)  # the poll time, in nanoseconds
+
+
+async def test_503_for_a_while_then_200_every_point_arrives_once_in_order(collector: Receiver) -> None:
+    until = time.monotonic() + 1.5
+    collector.reply = lambda n, request: (503, {}, b"") if time.monotonic() < until else OK
+    sink = OTLPSink(endpoint(collector), backoff=FAST, name="otlp")
+    monitor = Monitor(sink, poll_interval=0.02, batch_wait=0.05)
+    monitor.watch(Ticker(), name="w", step="n", rate_keys=())
+    async with monitor:
+        await wait_until(lambda: time.monotonic() > until and sink.counters()["replayed"] > 0, timeout=20)
+        await asyncio.sleep(0.2)
+    await sink.close()
+    assert any(r.status == 503 for r in collector.requests)
+    values = [v for m, w, _, v in points(collector.answered(200)) if m == "n"]
+    assert values == [float(i) for i in range(1, len(values) + 1)], "every step once, replayed in order"
+    stats = monitor.stats()
+    assert stats["sink/otlp/retries"] >= 1 and stats["sink/otlp/spooled"] > 0
+    assert stats["sink/otlp/replayed"] == stats["sink/otlp/spooled"]
+    assert stats["sink/otlp/dropped"] == 0 and stats["sink/otlp/pending"] == 0
+
+
+async def test_a_4xx_is_not_retried_and_the_error_carries_the_collectors_message(collector: Receiver) -> None:
+    status = status_pb2.Status(code=3, message="metric name is not valid").SerializeToString()
+    collector.reply = lambda n, request: (400, {"Content-Type": "application/x-protobuf"}, status)
+    sink = OTLPSink(endpoint(collector), backoff=FAST)
+    monitor = Monitor(sink, on_error="raise")
+    monitor.watch(Ticker(), name="w")
+    with pytest.raises(DeliveryError, match=r"HTTP 400.*metric name is not valid") as caught:
+        await monitor.step()
+    assert caught.value.status == 400
+    await asyncio.sleep(0.3)
+    assert len(collector.requests) == 1 and sink.counters()["rejected"] == 1
+    await sink.close()
+
+
+async def test_a_partial_success_is_counted_and_logged(
+    collector: Receiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    partial = ExportMetricsServiceResponse(
+        partial_success=ExportMetricsPartialSuccess(rejected_data_points=2, error_message="2 points too old")
+    ).SerializeToString()
+    collector.reply = lambda n, request: (200, {}, partial)
+    sink = OTLPSink(endpoint(collector), name="otlp")
+    with caplog.at_level(logging.WARNING, logger="monitor_async"):
+        async with sink:
+            monitor = Monitor(sink)
+            monitor.watch(Ticker(), name="w")
+            await monitor.step()
+            await monitor.step()
+    assert sink.counters()["points_rejected"] == 4
+    assert caplog.text.count("2 points too old") == 1  # once per streak
+
+
+def test_the_endpoint_defaults_to_the_standard_one_and_follows_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in ("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SERVICE_NAME"):
+        monkeypatch.delenv(name, raising=False)
+    sink = OTLPSink()
+    assert sink.endpoint == "http://localhost:4318/v1/metrics"
+    assert sink.resource.attributes["service.name"] == "monitor-async"
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318/")
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "learner")
+    sink = OTLPSink()
+    assert sink.endpoint == "http://collector:4318/v1/metrics"
+    assert sink.resource.attributes["service.name"] == "learner"
+    with pytest.raises(ValueError, match="OTLPSink: endpoint must be a URL"):
+        OTLPSink("localhost:4318")
