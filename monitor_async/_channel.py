@@ -1,12 +1,15 @@
 """The drop-oldest channel between the poll tasks and one sink, and its writer.
 
-Each sink gets one bounded ``asyncio.Queue``. :meth:`Channel.put` never
-waits: when the queue is full the *oldest* queued record is dropped and
-counted, so polling never waits for a sink and memory stays bounded. The
-writer task takes whatever is queued (up to ``max_batch`` records) and awaits
-one ``sink.write(batch)``; records of one watch reach the sink in order. More
-than ``max_batch`` waiting (a backlog, or a gathered run) go out as batches of
-``max_batch`` in one ``sink.write_batches(batches)`` call when the sink has it.
+Each sink gets one bounded queue (:class:`~monitor_async._queue.RecordQueue`:
+``put`` never waits, a full queue drops its oldest record, every record is
+accounted for). The writer task takes whatever is queued (up to
+``max_batch`` records) and awaits one ``sink.write(batch)``; records of one
+watch reach the sink in order, and a sink never has two writes in flight.
+More than ``max_batch`` waiting (a backlog, or a gathered run) go out as
+batches of ``max_batch`` in one ``sink.write_batches(batches)`` call when the
+sink has it. Without a background writer (manual ``step()``), a drain task of
+the channel's own does the writing, never the caller's task: a sink that
+hangs or ignores its cancellation holds only that task.
 
 In background mode the writer lets records gather first: it writes once
 :attr:`Channel.gather` records wait (half the queue, so gathering never makes
@@ -24,14 +27,17 @@ one tick makes the later ones late.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
+from ._bounded import as_error, call_guarded, must_propagate, wait_done
 from ._errors import ErrorPolicy, describe, log
-from ._logger import LoggerSink
+from ._exceptions import SinkError
+from ._logger import as_sink, is_async_callable
+from ._queue import RecordQueue, wait_for_waiter
 from ._record import Record
+from ._sink import ThreadedSink
 
 __all__ = ["Channel", "channels_for"]
 
@@ -41,9 +47,11 @@ def channels_for(
 ) -> list[Channel]:
     """One channel per sink (a sink, a legacy logger, or a sequence of them), with unique labels.
 
-    A legacy (TorchRL / AgileRL style) logger is wrapped in ``LoggerSink``. A
-    sink's label is its ``name`` when it has one, else its lowercase class
-    name, made unique with ``_1``, ``_2``...
+    Each one is checked now (see :func:`as_sink`): a legacy (TorchRL / AgileRL
+    style) logger is wrapped in ``LoggerSink``; a class, a file or stream, a
+    path or anything else raises ``SinkTypeError`` naming it. A sink's label
+    is its ``name`` when it has one, else its lowercase class name, made
+    unique with ``_1``, ``_2``...
     """
     if sinks is None:
         sinks = []
@@ -51,9 +59,8 @@ def channels_for(
         sinks = [sinks]
     channels: list[Channel] = []
     taken: set[str] = set()
-    for sink in sinks:
-        if not inspect.iscoroutinefunction(getattr(sink, "write", None)):
-            sink = LoggerSink(sink)
+    for given in sinks:
+        sink = as_sink(given)
         name = getattr(sink, "name", None)
         base = name if isinstance(name, str) and name else type(sink).__name__.lower()
         label, n = base, 0
@@ -65,233 +72,252 @@ def channels_for(
     return channels
 
 
-class Channel:
+class Channel(RecordQueue):
     """One sink, its queue, its writer task and its counters."""
 
     def __init__(
         self, sink: Any, label: str, queue_size: int, max_batch: int, errors: ErrorPolicy,
         batch_wait: float = 0.0,
     ) -> None:
+        super().__init__(label, queue_size, max_batch)
         self.sink = sink
-        self.label = label
-        self.queue: asyncio.Queue[Record] = asyncio.Queue(queue_size)
-        self.max_batch = max_batch
         self.batch_wait = batch_wait
         self.gather = max(1, queue_size // 2)
-        """Records waiting (the writer's first one included) that start writing at once."""
+        """Records waiting that start writing at once."""
         self.errors = errors
-        self.written = 0
-        self.dropped = 0
         self.failures = 0
         self.write_seconds = 0.0
         self.failing = False
-        self.dropping = False
-        self.task: asyncio.Task[None] | None = None
-        self._gathering: asyncio.Future[None] | None = None
-        self._hurry = 0  # settle() calls under way: the writer does not wait for a batch to fill
+        self.task: asyncio.Task[None] | None = None  # the background writer
+        self._drains: set[asyncio.Task[None]] = set()  # the writing of manual mode (no background writer)
         # a sink's own figures (a network sink's retries, spool size...), added to monitor.stats()
         counters = getattr(sink, "counters", None)
         self._counters: Callable[[], Mapping[str, float]] | None = counters if callable(counters) else None
         many = getattr(sink, "write_batches", None)
         self._write_batches: Callable[[list[list[Record]]], Awaitable[None]] | None = (
-            many if inspect.iscoroutinefunction(many) else None
+            many if is_async_callable(many) else None
         )
 
-    def put(self, record: Record) -> None:
-        """Queues ``record``, dropping the oldest queued record when full. Never waits."""
-        queue = self.queue
-        try:
-            queue.put_nowait(record)
-        except asyncio.QueueFull:
-            self._drop_oldest(record)
-        if self._gathering is not None and queue.qsize() + 1 >= self.gather:  # + the writer's first
-            self._release()
+    # ------------------------------------------------------------------ writing
+    async def _write(self, many: bool, left: int) -> int:
+        """Takes the next batch (with ``many``, every batch of the next ``left`` records) and writes it.
 
-    def _drop_oldest(self, record: Record) -> None:
-        """Queues ``record`` in a full queue: the oldest record goes, counted (and warned of once per episode)."""
-        queue = self.queue
-        queue.get_nowait()
-        queue.task_done()
-        self.dropped += 1
-        if not self.dropping:
-            self.dropping = True
-            log.warning(
-                "sink %r is falling behind: dropping its oldest queued records "
-                "(queue_size=%d); drops are counted in monitor.stats()['sink/%s/dropped']",
-                self.label, queue.maxsize, self.label,
-            )
-        queue.put_nowait(record)
-
-    def _take(self, first: Record) -> list[Record]:
-        batch = [first]
-        queue = self.queue
-        limit = self.max_batch
-        while len(batch) < limit and not queue.empty():
-            batch.append(queue.get_nowait())
-        if queue.empty():
-            self.dropping = False
-        return batch
-
-    async def _write(self, batches: list[list[Record]]) -> None:
-        """One ``sink.write`` (one batch) or one ``sink.write_batches`` (several); counts and reports."""
+        One ``sink.write`` (one batch) or one ``sink.write_batches``
+        (several); counts and reports; returns how many records it took.
+        """
+        first = self.head
+        batches = [self._take()]
+        count = len(batches[0])
+        while many and count < left and self.queue:
+            batches.append(self._take())
+            count += len(batches[-1])
+        self.writing = first
+        self.in_flight = count
+        epoch = self.epoch
         start = time.perf_counter()
-        count = sum(len(batch) for batch in batches)
+        error: BaseException | None = None
         try:
-            many = self._write_batches
-            if many is not None and len(batches) > 1:
-                await many(batches)
-            else:  # one batch: only a sink with write_batches is handed several
+            if len(batches) > 1:
+                assert self._write_batches is not None
+                await self._write_batches(batches)
+            else:
                 await self.sink.write(batches[0])
         except Exception as exc:  # noqa: BLE001 - reported through on_error
-            self.failures += 1
-            self.errors.report(
-                f"sink {self.label!r} failed to write {count} records: {describe(exc)}",
-                exc,
-                first=not self.failing,
+            error = exc
+        except BaseException as exc:
+            if must_propagate(exc):  # a real cancel abandons the records; anything else loses them
+                cancelled = isinstance(exc, asyncio.CancelledError)
+                self._account(epoch, count, start, None if cancelled else exc, cancelled, quiet=True)
+                raise
+            error = exc  # KeyboardInterrupt, SystemExit, a stray CancelledError: this write failed
+        self._account(epoch, count, start, error)
+        return count
+
+    def _account(
+        self, epoch: int, count: int, start: float, error: BaseException | None, cancelled: bool = False,
+        quiet: bool = False,
+    ) -> None:
+        self.write_seconds += time.perf_counter() - start
+        if epoch != self.epoch:  # abandoned at stop meanwhile: counted there
+            return
+        self.writing = None
+        self.in_flight = 0
+        if cancelled:
+            self.abandoned += count
+            log.warning(
+                "sink %r: a write of %d records was cancelled; they are counted as abandoned", self.label, count
             )
-            self.failing = True
-        else:
+        elif error is None:
             self.written += count
             self.failing = False
-        finally:
-            self.write_seconds += time.perf_counter() - start
-            for _ in range(count):
-                self.queue.task_done()
+        else:
+            self.failures += 1
+            self.dropped += count
+            if not quiet:  # (quiet: it propagates, its caller sees it)
+                message = f"sink {self.label!r} failed to write {count} records: {describe(error)}"
+                self.errors.report(message, as_error(error, SinkError, message), first=not self.failing)
+            self.failing = True
+        if self._settlers:
+            self._wake_settlers()
 
     async def run(self) -> None:
         """The writer task: gather records, write them all in batches, repeat until cancelled."""
         queue = self.queue
-        while True:
-            first = await queue.get()
-            if self.batch_wait > 0 and not self._hurry and queue.qsize() + 1 < self.gather:
+        many = self._write_batches is not None
+        me = asyncio.current_task()
+        while self.task is me:  # a writer halted while its sink ignored the cancel ends here
+            if self.writing is not None:  # a drain of manual mode still writes: after it
+                await self._after(self.writing + 1)
+                continue
+            if not queue:
+                await self._idle(1, None)
+                continue
+            if self.batch_wait > 0 and not self._settlers and len(queue) < self.gather:
                 # counted from the first record's poll, not from now: a record queued while a
                 # slow write went on has waited already
-                wait = min(self.batch_wait, self.batch_wait - (time.time() - first.time))
+                wait = min(self.batch_wait, self.batch_wait - (time.time() - queue[0].time))
                 if wait > 0:
-                    try:
-                        await self._gather(wait)
-                    except asyncio.CancelledError:  # the record in hand is lost: counted, like a drop
-                        self.dropped += 1
-                        queue.task_done()
-                        raise
+                    await self._idle(self.gather, wait)
             # everything gathered goes out now, max_batch records per batch: in one
             # sink.write_batches call when the sink has it, else one write after another
-            left = queue.qsize() + 1
-            many = self._write_batches is not None
-            while True:
-                batches = [self._take(first)]
-                left -= len(batches[-1])
-                while many and left > 0 and not queue.empty():
-                    batches.append(self._take(queue.get_nowait()))
-                    left -= len(batches[-1])
-                await self._write(batches)
-                if left <= 0 or queue.empty():
-                    break
-                first = queue.get_nowait()
+            left = len(queue)
+            while left > 0 and queue and self.writing is None:
+                left -= await self._write(many, left)
 
-    async def _gather(self, wait: float) -> None:
-        """Returns once :attr:`gather` records wait, ``wait`` seconds have passed, or a settle() hurries."""
-        loop = asyncio.get_running_loop()
-        self._gathering = waiter = loop.create_future()
-        timer = loop.call_later(wait, self._release)
+    async def _drain(self) -> None:
+        """The writing of manual mode, in a task of its own: writes until nothing is queued, one batch per write."""
+        me = asyncio.current_task()
         try:
-            await waiter
+            # a drain halted while its sink ignored the cancel ends here (it is no longer in _drains)
+            while me in self._drains and (self.queue or self.writing is not None):
+                if self.writing is not None:  # another write in flight (a writer left behind): after it
+                    await self._after(self.writing + 1)
+                else:
+                    await self._write(False, len(self.queue))
         finally:
-            timer.cancel()
-            self._gathering = None
+            # at once, not in a done callback: a request() right after this must start a new drain
+            self._drains.discard(me)
 
-    def _release(self) -> None:
-        waiter, self._gathering = self._gathering, None
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+    def request(self) -> asyncio.Future[None] | None:
+        """Asks for every record queued so far to be written now; returns a future done once they have left.
 
-    async def drain(self) -> None:
-        """Writes everything queued now, in the calling task (manual mode)."""
-        queue = self.queue
-        while not queue.empty():
-            await self._write([self._take(queue.get_nowait())])
+        With a background writer, the writer stops gathering and writes;
+        without one (manual mode), a drain task writes them: never the
+        caller's task, so a sink that hangs or ignores its cancellation holds
+        only its own task, and the caller may stop waiting (a deadline, a
+        cancel, ``stop()`` abandoning the sink). ``None``: nothing to wait for.
+        """
+        target = self.head + len(self.queue)
+        if self._oldest() >= target:
+            return None
+        waiter = self._waiter(target)
+        writer = self.task
+        if writer is not None and not writer.done():
+            self._release()  # a gathering writer writes now
+        elif not self._drains:
+            drain = asyncio.get_running_loop().create_task(self._drain(), name=f"monitor-async sink {self.label}")
+            self._drains.add(drain)
+        return waiter
 
-    async def settle(self) -> None:
-        """Returns once every record queued so far has been written (or failed)."""
-        if self.task is not None and not self.task.done():
-            self._hurry += 1
-            try:
-                self._release()
-                await self.queue.join()
-            finally:
-                self._hurry -= 1
-        else:
-            await self.drain()
+    async def settle(self, limit: float | None = None) -> bool:
+        """Waits until every record queued so far has left the channel (written, failed or given up).
 
+        Returns False when ``limit`` seconds passed first (the records stay
+        queued or in the write under way).
+        """
+        return await wait_for_waiter(self.request(), limit)
+
+    # ------------------------------------------------------------- lifecycle
     def start(self) -> None:
+        """Starts the background writer on the running loop."""
         if self.task is None or self.task.done():
-            self.task = asyncio.get_running_loop().create_task(
-                self.run(), name=f"monitor-async sink {self.label}"
-            )
+            self.task = asyncio.get_running_loop().create_task(self.run(), name=f"monitor-async sink {self.label}")
 
-    async def halt(self) -> None:
-        """Cancels the writer task and waits for it."""
-        task, self.task = self.task, None
-        if task is not None and not task.done():
+    async def halt(self, limit: float | None = None) -> bool:
+        """Cancels the writer task and any drain task; waits at most ``limit`` seconds for them to end.
+
+        Returns False when one did not end in time (its sink ignored the
+        cancel): it is left behind. A write cancelled here has its records
+        counted as abandoned.
+        """
+        tasks = [t for t in (self.task, *self._drains) if t is not None and not t.done()]
+        self.task = None
+        self._drains.clear()
+        for task in tasks:
             task.cancel()
-            # only a cancellation of *this* wait propagates: the caller may be
-            # cleaning up after an earlier one (stop() in a cancelled run())
-            current = asyncio.current_task()
-            cancelling = current.cancelling() if current is not None else 0
-            try:
-                await task
-            except asyncio.CancelledError:
-                if current is not None and current.cancelling() > cancelling:
-                    raise
+        loop = asyncio.get_running_loop()
+        deadline = None if limit is None else loop.time() + limit
+        ended = True
+        for task in tasks:
+            left = None if deadline is None else max(0.0, deadline - loop.time())
+            ended = await wait_done(task, left) and ended
+        self._wake = None
+        return ended
 
-    def abandon(self) -> int:
-        """Forgets what is still queued (a hung sink at stop); returns how many."""
-        lost = 0
-        while not self.queue.empty():
-            self.queue.get_nowait()
-            self.queue.task_done()
-            lost += 1
-        self.dropped += lost
-        return lost
+    async def finish(self, stop_timeout: float) -> bool:
+        """At stop: write what is queued, then flush, within ``stop_timeout``; else abandon, with a warning.
 
-    async def finish(self, stop_timeout: float) -> None:
-        """At stop: write what is queued, then flush, within ``stop_timeout``; else abandon, with a warning."""
+        Returns False when the sink was abandoned.
+        """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + stop_timeout
-        try:
-            async with asyncio.timeout_at(deadline):
-                await self.settle()
-        except TimeoutError:
-            await self.halt()
-            lost = self.abandon()
-            log.warning(
-                "sink %r did not drain within stop_timeout=%gs; abandoned %d queued records",
-                self.label, stop_timeout, lost,
-            )
-            return
-        await self.call("flush", max(0.0, deadline - loop.time()))
+        if await self.settle(stop_timeout):
+            await self.call("flush", max(0.0, deadline - loop.time()))
+            return True
+        await self.halt(max(0.05, deadline - loop.time()))
+        lost = self.abandon()
+        log.warning(
+            "sink %r did not drain within stop_timeout=%gs; abandoned %d records (queued or being written), "
+            "counted in monitor.stats()['sink/%s/abandoned']",
+            self.label, stop_timeout, lost, self.label,
+        )
+        return False
 
-    async def call(self, method: str, limit: float | None = None) -> None:
-        """Awaits ``sink.flush()`` or ``sink.close()`` within ``limit`` seconds; failures are counted and reported."""
+    async def call(self, method: str, limit: float | None = None) -> bool:
+        """Runs ``sink.flush()`` or ``sink.close()`` within ``limit`` seconds; failures are counted and reported.
+
+        The call runs in a task of its own: a sink that ignores the
+        cancellation is left behind (with a warning) when ``limit`` passes.
+        Returns whether it completed without error.
+        """
+        fn = getattr(self.sink, method, None)
+        if not callable(fn):
+            return True
+        task = asyncio.get_running_loop().create_task(call_guarded(fn), name=f"monitor-async sink {self.label} {method}")
         try:
-            async with asyncio.timeout(limit):
-                await getattr(self.sink, method)()
-        except TimeoutError:
+            done = await wait_done(task, limit)
+        except BaseException:
+            task.cancel()
+            raise
+        if not done:
+            task.cancel()
             self.failures += 1
             log.warning("sink %r: %s() did not return within %gs; abandoned", self.label, method, limit)
-        except Exception as exc:  # noqa: BLE001 - reported through on_error
-            self.failures += 1
-            self.errors.report(f"sink {self.label!r}: {method}() raised {describe(exc)}", exc, first=True)
+            return False
+        error = task.result()
+        if error is None:
+            return True
+        self.failures += 1
+        message = f"sink {self.label!r}: {method}() raised {describe(error)}"
+        self.errors.report(message, as_error(error, SinkError, message), first=True)
+        return False
+
+    def retire_threads(self) -> list[Any]:
+        """Lets the idle worker thread of a blocking sink end now (it starts again when needed)."""
+        sink = self.sink
+        return sink.retire_worker() if isinstance(sink, ThreadedSink) else []
 
     def report(self, out: dict[str, float]) -> None:
         """Adds this sink's ``sink/<label>/...`` figures to ``out`` (``Monitor.stats()``)."""
+        super().report(out)
         prefix = f"sink/{self.label}/"
-        out[prefix + "queued"] = float(self.queue.qsize())
-        out[prefix + "written"] = float(self.written)
-        out[prefix + "dropped"] = float(self.dropped)
         out[prefix + "errors"] = float(self.failures)
         out[prefix + "write_seconds"] = self.write_seconds
         counters = self._counters
         if counters is not None:
-            for key, value in counters().items():
-                out.setdefault(prefix + key, float(value))
+            try:
+                figures = counters()
+                for key, value in figures.items():
+                    out.setdefault(prefix + key, float(value))
+            except Exception:  # noqa: BLE001 - a sink's own figures never break monitor.stats()
+                log.debug("sink %r: counters() failed", self.label, exc_info=True)

@@ -5,15 +5,18 @@ from __future__ import annotations
 import asyncio
 import inspect
 import math
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
+from ._cadence import poll_forever
 from ._callers import OFFLOADS, Offload, make_caller
 from ._channel import channels_for
 from ._errors import ON_ERROR, ErrorPolicy, OnError, log
 from ._exceptions import ConfigError, WatchTypeError
-from ._poll import SKIPPED, Counters, Poller, poll_forever
+from ._poll import GRACE, SKIPPED, Counters, Poller
+from ._queue import wait_for_waiter
 from ._record import Record
 from ._reduce import Reduce, ReducedWatch, watch_reduced
 from ._schedule import Every
@@ -71,10 +74,25 @@ class Monitor:
           it, else one ``write`` after another); ``step()``, ``flush()`` and
           ``stop()`` write everything queued at once. ``batch_wait=0`` writes
           as soon as anything is queued.
-        - ``stop()`` returns within a bounded time: a hung target's final
-          snapshot is skipped, and a sink that does not drain within
-          ``stop_timeout`` seconds is abandoned (its queued records counted as
-          dropped), both with a warning.
+        - ``stop()`` and ``flush()`` return within a bounded time whatever
+          hangs, even a ``stats()`` or a sink that ignores its cancellation:
+          a hung target's final snapshot is skipped, and a sink that does not
+          drain within ``stop_timeout`` seconds is abandoned (what it held
+          counted in ``sink/<label>/abandoned``), both with a warning. What
+          ignores its cancellation is left behind on the loop (it cannot be
+          killed).
+        - ``step()`` writes to every sink at once: a hung sink holds back
+          none of the others, only ``step()``'s return.
+        - ``KeyboardInterrupt``, ``SystemExit`` or a stray ``CancelledError``
+          raised by a ``stats()`` or a sink is a failure of that watch or
+          sink (counted, reported through ``on_error``), never the end of the
+          loop, a writer or ``step()``; a real cancel of the caller
+          propagates.
+        - For each sink, ``written + dropped + queued + abandoned ==
+          delivered`` whenever no write is under way (always after
+          ``stop()``).
+        - ``start()`` after ``stop()`` starts again, on the same loop or
+          another one.
         - The monitor never closes targets, and closes sinks only when built
           with ``close_sinks=True``.
         - In a distributed job (``world=`` or :func:`monitor_async.distributed.world`),
@@ -146,8 +164,11 @@ class Monitor:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_event: asyncio.Event | None = None
-        self._stop_lock: asyncio.Lock | None = None
+        self._stop_lock: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
         self._stopped = False
+        self._finals_taken = False  # a stop() under way took the final snapshots already
+        self._retired: list[threading.Thread] = []
+        """Idle worker threads let go at the last stop() (they end promptly; ``SyncMonitor.close()`` joins them)."""
 
     @property
     def sinks(self) -> list[Any]:
@@ -287,9 +308,10 @@ class Monitor:
         """Polls every target once, writes what is due to every sink, returns it.
 
         Returns ``{watch name: {"<name>/<metric>": value}}`` for the targets
-        that logged. Sinks have written the records when it returns. With
-        ``on_error="raise"`` the first failure is raised after the others were
-        polled and written.
+        that logged. Sinks have written the records when it returns (each
+        sink in a task of its own, all at once). An awaitable ``stats()`` is
+        awaited under its watch's timeout. With ``on_error="raise"`` the first
+        failure is raised after the others were polled and written.
         """
         poller = self._poller
         logged: dict[str, dict[str, float]] = {}
@@ -305,21 +327,42 @@ class Monitor:
             if record is not None:
                 logged[watch.name] = record.metrics
         if pending:
-            records = await asyncio.gather(*(poller.complete(w, raw) for w, raw in pending))
-            for record in records:
+            for record in await poller.complete_all(pending):
                 if record is not None:
                     logged[record.name] = record.metrics
-        for channel in self._channels:
-            await channel.settle()
+        # every sink writes at once, each in its own task: a hung one holds back none of the others
+        waiters = [channel.request() for channel in self._channels]
+        try:
+            for waiter in waiters:
+                if waiter is not None:
+                    await waiter
+        finally:
+            for waiter in waiters:
+                if waiter is not None and not waiter.done():
+                    waiter.cancel()
         self._raise_pending()
         return logged
 
     async def flush(self) -> None:
-        """Waits until every queued record is written, then flushes every sink."""
-        for channel in self._channels:
-            await channel.settle()
-        for channel in self._channels:
-            await channel.call("flush")
+        """Writes every queued record, then flushes every sink; returns within about ``stop_timeout``.
+
+        A sink that does not write what was queued within ``stop_timeout``
+        seconds (hung) is not flushed; its records stay queued, with a
+        warning. Every sink is waited for at once.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.stop_timeout
+        channels = self._channels
+        waiters = [channel.request() for channel in channels]
+        settled = [await wait_for_waiter(waiter, max(0.0, deadline - loop.time())) for waiter in waiters]
+        for channel, done in zip(channels, settled, strict=True):
+            if not done:
+                log.warning(
+                    "flush(): sink %r did not write its queued records within stop_timeout=%gs; "
+                    "they stay queued", channel.label, self.stop_timeout,
+                )
+        left = max(0.0, deadline - loop.time())
+        await asyncio.gather(*(c.call("flush", left) for c, done in zip(channels, settled, strict=True) if done))
         self._raise_pending()
 
     # ------------------------------------------------------------ background mode
@@ -331,11 +374,14 @@ class Monitor:
         polls are spread over the interval instead of making one burst.
         """
         if self._loop is not None:
-            return self
+            if not self._finals_taken:
+                return self
+            await self.stop()  # a stop() cancelled half way: finish it, then start afresh
         self._raise_pending()
         self._loop = asyncio.get_running_loop()
         self._stop_event = asyncio.Event()
         self._stopped = False
+        self._finals_taken = False
         for channel in self._channels:
             channel.start()
         for watch in self._watches.values():
@@ -347,33 +393,48 @@ class Monitor:
 
         A final snapshot is taken of each watch whose ``log_on_close`` holds
         (``log_final`` overrides). Returns within about ``stop_timeout`` plus
-        the longest watch timeout even when a target or a sink hangs (with
-        ``close_sinks=True``, closing the sinks gets another ``stop_timeout``;
-        a sink that does not close in time is left with a warning). A second
-        call is a no-op. With ``on_error="raise"`` the first error is raised
-        here unless it was raised already.
+        twice the longest watch timeout, whatever hangs, even a ``stats()``
+        or a sink that ignores its cancellation: a target that does not
+        answer in time loses its final snapshot, a sink that does not drain
+        within ``stop_timeout`` is abandoned (what it still held counted in
+        ``sink/<label>/abandoned``), both with a warning. With
+        ``close_sinks=True``, closing the sinks gets another ``stop_timeout``.
+        A second call is a no-op, unless the first was cancelled half way: it
+        then finishes the job. With ``on_error="raise"`` the first error is
+        raised here unless it was raised already.
         """
-        if self._stop_lock is None:
-            self._stop_lock = asyncio.Lock()
-        async with self._stop_lock:
+        async with self._stop_lock_here():
             if self._stopped:
                 self._raise_pending()
                 return
-            self._stopped = True
-            await self._cancel_polls()
-            if self._errors.error is None:
-                await self._final_snapshots(log_final)
+            if not self._finals_taken:
+                await self._cancel_polls()
+                if self._errors.error is None:
+                    await self._final_snapshots(log_final)
+                self._finals_taken = True
             await self._drain_and_flush()
-            for channel in self._channels:
-                await channel.halt()
+            await asyncio.gather(*(channel.halt(GRACE) for channel in self._channels))
             if self.close_sinks:
-                await asyncio.gather(
-                    *(channel.call("close", self.stop_timeout) for channel in self._channels)
-                )
+                await asyncio.gather(*(channel.call("close", self.stop_timeout) for channel in self._channels))
+            self._retire_threads()
+            self._stopped = True
+            self._finals_taken = False
             if self._stop_event is not None:
                 self._stop_event.set()
             self._loop = None
         self._raise_pending()
+
+    def _stop_bound(self) -> float:
+        """Seconds within which stop() returns, whatever hangs (see its docstring), with some slack."""
+        longest = max((w.timeout for w in self._watches.values()), default=0.0)
+        return 2 * longest + (2 if self.close_sinks else 1) * self.stop_timeout + 4 * GRACE + 1.0
+
+    def _stop_lock_here(self) -> asyncio.Lock:
+        """The lock that serialises stop() calls, made for the running loop (a restart may use another)."""
+        loop = asyncio.get_running_loop()
+        if self._stop_lock is None or self._stop_lock[0] is not loop:
+            self._stop_lock = (loop, asyncio.Lock())
+        return self._stop_lock[1]
 
     async def run(self) -> None:
         """Starts, then waits until :meth:`stop` is called or the task is cancelled; cleans up like stop()."""
@@ -407,12 +468,18 @@ class Monitor:
             self._stop_event.set()
 
     async def _cancel_polls(self) -> None:
+        """Cancels every poll task; waits for them at most the longest watch timeout (or stop_timeout).
+
+        A poll task cancelled while it awaits ``stats()`` ends at once unless
+        that ``stats()`` ignores the cancel: such a task is left behind.
+        """
         tasks = list(self._tasks.values())
         self._tasks.clear()
         for task in tasks:
             task.cancel()
         if tasks:
-            await asyncio.wait(tasks, timeout=self.stop_timeout)
+            longest = max((w.timeout for w in self._watches.values()), default=self.stop_timeout)
+            await asyncio.wait(tasks, timeout=min(self.stop_timeout, longest))
 
     async def _final_snapshots(self, log_final: bool | None) -> None:
         watches = [
@@ -420,14 +487,20 @@ class Monitor:
         ]
         if not watches:
             return
-        poller = self._poller
-        for watch, record in zip(watches, await asyncio.gather(*(poller.poll(w, force=True) for w in watches)), strict=True):
+        for watch, record in zip(watches, await self._poller.poll_all(watches, force=True), strict=True):
             if record is None and watch.failing:
                 log.warning("final snapshot of watch %r skipped: its stats() failed or hung", watch.name)
 
     async def _drain_and_flush(self) -> None:
         """Drains and flushes every sink at once, so a hung sink never eats another's stop_timeout."""
         await asyncio.gather(*(channel.finish(self.stop_timeout) for channel in self._channels))
+
+    def _retire_threads(self) -> None:
+        """Lets the idle worker threads (thread-offloaded stats(), blocking sinks) end now, not after 10 s."""
+        retired = self._pool.retire() if self._pool is not None else []
+        for channel in self._channels:
+            retired.extend(channel.retire_threads())
+        self._retired = retired
 
     def _raise_pending(self) -> None:
         error = self._errors.take()
@@ -440,9 +513,12 @@ class Monitor:
 
         Keys: ``polls``, ``polls_failed``, ``polls_timed_out``, ``polls_missed``,
         ``records``, ``values_dropped``, ``watches``, ``targets_dead`` (dead
-        targets polled with backoff now), ``targets_died`` (deaths so far) and, per sink label,
-        ``sink/<label>/queued`` (records waiting now), ``written``, ``dropped``,
-        ``errors`` and ``write_seconds``.
+        targets polled with backoff now), ``targets_died`` (deaths so far) and,
+        per sink label, ``sink/<label>/queued`` (records waiting now),
+        ``written``, ``dropped`` (pushed out of a full queue, or lost with a
+        failed write), ``abandoned`` (given up on at ``stop()``: the sink
+        hung), ``delivered`` (every record handed to the sink), ``errors`` and
+        ``write_seconds``.
         """
         c = self._counters
         out = {

@@ -1,34 +1,41 @@
-"""Where polling happens: one call of a target's ``stats()``, and the per-target loop.
+"""Where polling happens: one poll of one watch.
 
 :class:`Poller` runs a watch's caller, awaits an awaitable result under the
 watch's timeout, turns the snapshot into a Record and hands it to every
-channel. It never waits on a sink. :func:`poll_forever` is the background
-task of one watch: the k-th poll is due at ``start + k * interval``; a poll
-that overruns skips the slots it missed (counted as ``polls_missed``) rather
-than bursting to catch up. :class:`Ticks` keeps the loop's timers, one per
-due time, and polls the watches that answer inline in the timer's callback."""
+channel. It never waits on a sink. Whatever a ``stats()`` raises is a failure
+of its watch (see :mod:`monitor_async._bounded` for what propagates).
+:meth:`Poller.poll_all` awaits the answers of several watches at once (a
+``step()``, the final snapshots), each under its timeout, even a ``stats()``
+that ignores its cancellation. When polling happens is
+:mod:`monitor_async._cadence`'s."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ._bounded import as_error, must_propagate
 from ._callers import Busy, InlineCaller, ThreadCaller
 from ._channel import Channel
 from ._errors import ErrorPolicy, describe, log
-from ._exceptions import PollTimeoutError
+from ._exceptions import PollError, PollTimeoutError
 from ._health import on_failure
 from ._record import Record
 from ._threads import WorkerPool
 from ._watch import Watch
 
-__all__ = ["OWN", "SKIPPED", "Counters", "Poller", "Ticks", "next_due", "poll_forever"]
+if TYPE_CHECKING:
+    from ._cadence import Ticks
+
+__all__ = ["GRACE", "SKIPPED", "Counters", "Poller"]
 
 SKIPPED: Any = object()
 """What :meth:`Poller.begin` returns when the poll failed or was skipped."""
+
+GRACE = 0.25
+"""Seconds granted past a deadline for a cancelled task to end before it is left behind."""
 
 
 class Counters:
@@ -51,9 +58,13 @@ class Counters:
 
 
 class Poller:
-    """What a poll needs from the monitor: counters, channels, error policy, threads."""
+    """What a poll needs from the monitor: counters, channels, error policy, threads.
 
-    __slots__ = ("channels", "counters", "errors", "pool", "ticks")
+    Whatever a ``stats()`` raises is a failure of its watch (see
+    :mod:`monitor_async._bounded` for the two exceptions that propagate).
+    """
+
+    __slots__ = ("channels", "counters", "errors", "pool", "stuck", "ticks")
 
     def __init__(
         self,
@@ -67,17 +78,47 @@ class Poller:
         self.errors = errors
         self.pool = pool
         self.ticks: Ticks | None = None
+        self.stuck: dict[Watch, asyncio.Task[Any]] = {}
+        """Watches whose awaited ``stats()`` ignored its cancellation, with the task left behind."""
 
     def begin(self, watch: Watch) -> Any:
         """Calls ``stats()``; returns the raw result, or :data:`SKIPPED`."""
         self.counters.polls += 1
+        if self.stuck and self._still_stuck(watch):
+            self.counters.polls_missed += 1
+            return SKIPPED
         try:
             return watch.caller.call()
         except Busy:
             self.counters.polls_missed += 1
         except Exception as exc:  # noqa: BLE001 - reported through on_error
             self.fail(watch, f"stats() of watch {watch.name!r} raised {describe(exc)}", exc)
+        except BaseException as exc:
+            if must_propagate(exc):
+                raise
+            self.fail(watch, f"stats() of watch {watch.name!r} raised {describe(exc)}", exc)
         return SKIPPED
+
+    def _still_stuck(self, watch: Watch) -> bool:
+        task = self.stuck.get(watch)
+        if task is None:
+            return False
+        if task.done() or task.get_loop().is_closed():
+            del self.stuck[watch]
+            return False
+        return True
+
+    def left_behind(self, watch: Watch, task: asyncio.Task[Any]) -> None:
+        """An awaited poll of ``watch`` outlived its timeout, its cancel ignored: skip the watch until it ends."""
+        task.cancel()
+        self.stuck[watch] = task
+        self.counters.polls_timed_out += 1
+        self.fail(
+            watch,
+            f"stats() of watch {watch.name!r} did not return within {watch.timeout:g}s and ignored its "
+            "cancellation; the watch is skipped until that call returns",
+            PollTimeoutError(f"stats() of watch {watch.name!r} timed out after {watch.timeout:g}s"),
+        )
 
     def answer(self, watch: Watch) -> Awaitable[Any] | None:
         """One background poll: a plain answer is finished here (``None``), an awaitable one is returned."""
@@ -109,6 +150,11 @@ class Poller:
         except Exception as exc:  # noqa: BLE001
             self.fail(watch, f"stats() of watch {watch.name!r} raised {describe(exc)}", exc)
             return None
+        except BaseException as exc:
+            if must_propagate(exc):
+                raise
+            self.fail(watch, f"stats() of watch {watch.name!r} raised {describe(exc)}", exc)
+            return None
         return self.finish(watch, raw, force)
 
     def finish(self, watch: Watch, raw: Any, force: bool = False) -> Record | None:
@@ -117,6 +163,11 @@ class Poller:
             record, dropped = watch.snapshot(raw, force=force)
         except Exception as exc:  # noqa: BLE001
             self.fail(watch, str(exc) if isinstance(exc, TypeError) else f"watch {watch.name!r}: {describe(exc)}", exc)
+            return None
+        except BaseException as exc:  # a value's __float__ raising KeyboardInterrupt...
+            if must_propagate(exc):
+                raise
+            self.fail(watch, f"watch {watch.name!r}: {describe(exc)}", exc)
             return None
         watch.failing = False
         counters = self.counters
@@ -134,7 +185,7 @@ class Poller:
         self.counters.polls_failed += 1
         if on_failure(self, watch, exc):  # a dead target: reported once, then polled with backoff
             return
-        self.errors.report(message, exc, first=not watch.failing)
+        self.errors.report(message, as_error(exc, PollError, message), first=not watch.failing)
         watch.failing = True
 
     def promote(self, watch: Watch) -> None:
@@ -146,6 +197,45 @@ class Poller:
                 watch.name,
             )
 
+    async def complete_all(self, pending: Sequence[tuple[Watch, Any]], force: bool = False) -> list[Record | None]:
+        """Awaits several awaitable ``stats()`` results at once, each under its watch's timeout.
+
+        Each runs in a task of its own: one that ignores its cancellation is
+        left behind after its timeout (:meth:`left_behind`), and counts as
+        timed out. Returns one record (or ``None``) per item, in order.
+        """
+        loop = asyncio.get_running_loop()
+        tasks = [loop.create_task(self.complete(w, raw, force)) for w, raw in pending]
+        return await self._within(tasks, [w for w, _ in pending])
+
+    async def poll_all(self, watches: Sequence[Watch], force: bool = False) -> list[Record | None]:
+        """One poll of each watch at once (the final snapshots), like :meth:`complete_all`.
+
+        Each poll runs in a task of its own, so no user code runs in the
+        calling task (a cancelled ``run()`` stopping, where a stray
+        ``CancelledError`` would read as a real cancel).
+        """
+        loop = asyncio.get_running_loop()
+        return await self._within([loop.create_task(self.poll(w, force)) for w in watches], watches)
+
+    async def _within(self, tasks: list[asyncio.Task[Record | None]], watches: Sequence[Watch]) -> list[Record | None]:
+        if not tasks:
+            return []
+        try:
+            await asyncio.wait(tasks, timeout=max(w.timeout for w in watches) + GRACE)
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            raise
+        records: list[Record | None] = []
+        for watch, task in zip(watches, tasks, strict=True):
+            if task.done():
+                records.append(None if task.cancelled() or task.exception() is not None else task.result())
+            else:
+                self.left_behind(watch, task)
+                records.append(None)
+        return records
+
     async def poll(self, watch: Watch, force: bool = False) -> Record | None:
         raw = self.begin(watch)
         if raw is SKIPPED:
@@ -153,216 +243,3 @@ class Poller:
         if type(raw) is not dict and inspect.isawaitable(raw):
             return await self.complete(watch, raw, force)
         return self.finish(watch, raw, force)
-
-
-class Ticks:
-    """The timers of one loop's poll tasks; the watches due at one instant are polled in one callback.
-
-    ``asyncio.sleep`` costs one future, one timer handle and one timer-heap
-    entry per task per tick, and waking a task costs a loop handle and a
-    step of its coroutine. Here each distinct due time gets one ``call_at``
-    handle. A watch whose ``stats()`` answers inline with a plain mapping
-    (the common case) is *carried*: its task waits on a future of its own
-    while the timer's callback polls it, with every other watch due then,
-    and books its next slot, so a tick of a hundred cheap targets is one
-    callback rather than a hundred task wake-ups. The task takes over again
-    when it is needed: a ``stats()`` that returns an awaitable (awaited under
-    the watch's timeout) or a watch moved to a thread. Other watches' tasks
-    wait on one future per due time. Tasks that start in the same pass of
-    the loop with the same interval (``start()``, or several ``watch()``
-    calls in a row) share their first slot, up to :attr:`GROUP` of them, so
-    they are polled together in one pass and their records reach each sink
-    as one batch; a larger crowd is split into groups whose first slots are
-    spread over the interval (see :meth:`origin`).
-
-    Every watch still has its own task and its own slots: a poll that
-    overruns costs the slots it missed to that watch alone, an awaited poll
-    delays no other watch, and cancelling the task (``unwatch()``,
-    ``stop()``) ends its polling.
-    """
-
-    __slots__ = ("carried", "group", "loop", "poller", "waiting")
-
-    GROUP = 256
-    SPREAD = 64
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, poller: Poller) -> None:
-        self.loop = loop
-        self.poller = poller
-        self.waiting: dict[float, asyncio.Future[None]] = {}
-        self.carried: dict[float, list[Watch]] = {}
-        self.group: list[float] | None = None  # [origin, interval, members] of this pass's group
-
-    def origin(self, interval: float) -> float:
-        """The first slot of a task starting now: its group's.
-
-        The first group of a pass starts now. When it is full, the next group
-        of the same crowd (same interval) starts ``interval / SPREAD`` after
-        it, or now if starting it took longer, and so on: 10,000 targets at
-        1 Hz are 40 groups 15.6 ms apart, each a few milliseconds of work,
-        rather than one burst that keeps the loop busy for a tenth of every
-        second and makes every later poll late when something pauses it.
-        """
-        group = self.group
-        if group is not None and group[1] == interval and group[2] < self.GROUP:
-            group[2] += 1
-            return group[0]
-        now = self.loop.time()
-        if group is None:
-            self.loop.call_soon(self._end_group)
-            origin = now
-        elif group[1] == interval:
-            origin = max(now, group[0] + interval / self.SPREAD)
-        else:
-            origin = now
-        self.group = [origin, interval, 1]
-        return origin
-
-    def _end_group(self) -> None:
-        self.group = None
-
-    def _timer(self, when: float) -> None:
-        if when not in self.waiting and when not in self.carried:
-            self.loop.call_at(when, self._fire, when)
-
-    def at(self, when: float) -> asyncio.Future[None]:
-        """The future that completes at ``when``, shared by every task due then."""
-        fut = self.waiting.get(when)
-        if fut is None:
-            self._timer(when)
-        elif not fut.cancelled():
-            return fut
-        # new, or cancelled along with a task that waited on it: a fresh one, same timer
-        fut = self.waiting[when] = self.loop.create_future()
-        return fut
-
-    def carry(self, watch: Watch, when: float) -> asyncio.Future[Any]:
-        """Polls ``watch`` at ``when`` and at its slots after that, without waking its task.
-
-        The returned future (the task's to await) completes when the task is
-        needed again: with the awaitable a ``stats()`` call returned, or with
-        :data:`OWN` when the task is to poll the watch itself.
-        """
-        waiter = watch.waiter
-        if waiter is None or waiter.done():
-            waiter = watch.waiter = self.loop.create_future()
-        self._book(watch, when)
-        return waiter
-
-    def _book(self, watch: Watch, when: float) -> None:
-        watch.due = when
-        due = self.carried.get(when)
-        if due is None:
-            self._timer(when)
-            due = self.carried[when] = []
-        due.append(watch)
-
-    def discard(self, watch: Watch) -> None:
-        """Takes a carried watch off its next slot (its task was cancelled)."""
-        due = self.carried.get(watch.due)
-        if due is not None:
-            with contextlib.suppress(ValueError):
-                due.remove(watch)
-
-    def _fire(self, when: float) -> None:
-        fut = self.waiting.pop(when, None)
-        if fut is not None and not fut.done():
-            fut.set_result(None)
-        due = self.carried.pop(when, None)
-        if due:
-            self._poll(due)
-
-    def _poll(self, due: list[Watch]) -> None:
-        """One poll of each carried watch due now, in the order they were booked."""
-        poller = self.poller
-        answer = poller.answer
-        counters = poller.counters
-        clock = self.loop.time
-        for watch in due:
-            waiter = watch.waiter
-            if waiter is None or waiter.done():  # its task was cancelled: unwatch(), stop(), on_error="raise"
-                continue
-            try:
-                if type(watch.caller) is not InlineCaller:  # moved to a thread: its task polls it now
-                    waiter.set_result(OWN)
-                    continue
-                pending = answer(watch)
-                if pending is not None:
-                    waiter.set_result(pending)  # its task awaits it under the watch's timeout
-                    continue
-                if not waiter.done():
-                    self._book(watch, next_due(watch, clock(), counters))
-            except BaseException as exc:  # noqa: BLE001 - a bug, or KeyboardInterrupt in stats(): its task raises it
-                if not waiter.done():
-                    waiter.set_exception(exc)
-
-
-OWN: Any = object()
-"""What a carried watch's future gives its task when the task is to poll the watch itself."""
-
-
-def next_due(watch: Watch, now: float, counters: Counters) -> float:
-    """The watch's next slot after a poll that ended at ``now``; slots already past are missed.
-
-    The k-th slot is ``origin + k * interval`` (computed, not summed, so
-    watches with the same origin and interval share their due times exactly).
-    """
-    interval = watch.interval
-    slot = watch.slot + 1
-    due = watch.origin + slot * interval
-    if now > due:
-        missed = int((now - due) // interval) + 1
-        counters.polls_missed += missed
-        slot += missed
-        due = watch.origin + slot * interval
-    watch.slot = slot
-    return due
-
-
-async def poll_forever(poller: Poller, watch: Watch) -> None:
-    """The background task of one watch; runs until cancelled.
-
-    A watch whose ``stats()`` answers inline with a mapping is carried by
-    the loop's :class:`Ticks` (polled in the timer's callback); otherwise the
-    task polls, awaits the answer and waits for its next slot itself.
-    """
-    loop = asyncio.get_running_loop()
-    ticks = poller.ticks
-    if ticks is None or ticks.loop is not loop:
-        ticks = poller.ticks = Ticks(loop, poller)
-    task = asyncio.current_task()
-    due = watch.origin = ticks.origin(watch.interval)
-    watch.slot = 0
-    counters = poller.counters
-    # poller.answer(...), not a bound method kept in a local: with 10,000 suspended tasks,
-    # every object a task's frame holds is one more for each full garbage collection to walk;
-    # a later group of a crowd started together waits for its first slot
-    polled = due <= loop.time()
-    pending = poller.answer(watch) if polled else None
-    while True:
-        if polled:
-            if pending is not None:
-                await poller.complete(watch, pending)
-            due = next_due(watch, loop.time(), counters)
-        polled = True
-        if pending is None and type(watch.caller) is InlineCaller:
-            # carried: polled in the timer's callback from now on; back here when an answer
-            # must be awaited (the tick hands it over) or the watch moved to a thread (OWN)
-            waiter = ticks.carry(watch, due)
-            try:
-                got = await waiter
-            except BaseException:
-                ticks.discard(watch)
-                raise
-            pending = poller.answer(watch) if got is OWN else got
-            continue
-        while True:
-            try:
-                await ticks.at(due)
-                break
-            except asyncio.CancelledError:
-                # the shared future is cancelled with any task that waits on it: only
-                # a task that was itself cancelled stops; its neighbours wait again
-                if task is None or task.cancelling():
-                    raise
-        pending = poller.answer(watch)

@@ -6,13 +6,16 @@
 - :class:`ThreadedSink`: for blocking libraries (tensorboardX, wandb, legacy
   loggers). Its ``*_blocking`` hooks run on one daemon worker thread owned
   by the sink, one call at a time, in order; exceptions come back to the
-  awaiting writer task.
+  awaiting writer task. The thread ends when the sink is closed, or at once
+  when a monitor that stops asks (:meth:`ThreadedSink.retire_worker`); it
+  starts again at the next call.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import threading
 from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any, Protocol, TypeVar, runtime_checkable
@@ -166,7 +169,18 @@ class ThreadedSink(BaseSink):
         await self.call(self.flush_blocking)
 
     async def _close(self) -> None:
-        await self.call(self.close_blocking)
+        try:
+            await self.call(self.close_blocking)
+        finally:
+            self.retire_worker()
+
+    def retire_worker(self) -> list[threading.Thread]:
+        """Lets this sink's worker thread end as soon as it is idle (a later call starts one again).
+
+        Returns the thread when it was idle already (it ends promptly; a
+        caller off the loop may join it), else nothing.
+        """
+        return self._worker.retire() if self._worker is not None else []
 
     def open_blocking(self) -> None:
         return None

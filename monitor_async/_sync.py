@@ -1,32 +1,30 @@
 """The sync facade: the async Monitor on an event loop in a background thread.
 
-The loop runs in a daemon thread started by anyio's blocking portal
-(``anyio.from_thread.start_blocking_portal``); every sync call makes one
-round trip into that loop. With ``background=False`` nothing polls until
+The loop runs in a daemon thread behind an anyio blocking portal
+(:class:`~monitor_async._loops.LoopThread`); every sync call makes one round
+trip into that loop. With ``background=False`` nothing polls until
 ``step()``, which then drives a private loop in the caller's thread (cheaper
-than a cross-thread round trip) when no loop runs there.
+than a cross-thread round trip) when no loop runs there
+(:class:`~monitor_async._loops.PrivateLoop`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import concurrent.futures.thread  # noqa: F401 - registers its exit hook before ours (see the end)
-import contextlib
 import functools
 import threading
 import weakref
-from collections.abc import Awaitable, Callable, Coroutine
-from concurrent.futures import Future
+from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any, TypeVar, Unpack
 
-import anyio
-from anyio.from_thread import BlockingPortal
-
 from ._errors import OnError, log
+from ._exceptions import MonitorClosedError
+from ._loops import LoopBusy, LoopThread, PrivateLoop, loop_running_here
 from ._monitor import Monitor
 from ._options import MonitorOptions, WatchOptions
+from ._threads import join_all
 
 __all__ = ["LoggerMonitor", "SyncMonitor"]
 
@@ -40,14 +38,25 @@ class SyncMonitor:
         - ``background=True``: ``start()`` (or ``with``) polls every target on
           its own task in a daemon loop thread; ``stop()``/``close()`` stop it,
           log final snapshots, drain and flush the sinks, and end the thread,
-          all within a bounded time. A monitor left running does not keep the
-          interpreter alive; when the main thread ends it is stopped (bounded),
-          its final snapshots written and the files flushed.
-        - ``background=False``: nothing runs until ``step()``.
+          all within a bounded time, from any thread, even while another
+          thread's ``step()`` is stuck on a hung sink. A monitor left running
+          does not keep the interpreter alive; when the main thread ends it is
+          stopped (bounded), its final snapshots written and the files flushed.
+        - ``background=False``: nothing runs until ``step()``, which drives the
+          loop in the calling thread; a ``KeyboardInterrupt`` raised there
+          (Ctrl-C) propagates from ``step()`` as Python would deliver it, and
+          the monitor stays usable and stoppable.
         - ``step()`` returns ``{watch: {"<watch>/<metric>": value}}`` for the
           targets that logged, after the sinks have written them.
-        - ``stop()`` is idempotent: a ``with`` block after an explicit
+        - ``start()`` after ``stop()`` starts again, any number of times.
+          ``stop()`` is idempotent: a ``with`` block after an explicit
           ``stop()`` logs nothing more.
+        - ``close()`` stops, then joins the monitor's threads (its loop thread,
+          the worker threads of thread-offloaded targets and wrapped loggers,
+          the executor threads behind file sinks); a thread stuck in a call
+          that never returns is left behind, as threads cannot be killed. A
+          closed monitor refuses ``start()``, ``step()``, ``watch()``,
+          ``unwatch()`` and ``flush()`` with :class:`MonitorClosedError`.
         - Calling it from its own loop thread (e.g. from an ``async def
           stats()``) raises ``RuntimeError`` instead of deadlocking.
 
@@ -70,133 +79,144 @@ class SyncMonitor:
     ) -> None:
         self.monitor = Monitor(sinks, **options)
         self.background = background
-        self._lock = threading.RLock()
-        self._portal: BlockingPortal | None = None
-        self._thread: threading.Thread | None = None
-        self._loop_thread: int | None = None
-        self._private: asyncio.AbstractEventLoop | None = None
+        grace = min(1.0, self.monitor.stop_timeout)  # for what is left when a loop ends
+        self._lock = threading.Lock()
+        self._thread: LoopThread | None = None
+        self._private = PrivateLoop(grace)
+        self._grace = grace
+        self._closed = False
         _live.add(self)
 
     # ------------------------------------------------------------------ plumbing
     def _guard(self) -> None:
-        if self._loop_thread == threading.get_ident():
+        thread = self._thread
+        if thread is not None and thread.ident == threading.get_ident():
             raise RuntimeError(
                 "SyncMonitor was called from its own event loop thread (e.g. inside an async "
                 "stats()); use the async API there: `await sync_monitor.monitor.step()`"
             )
 
-    def _open_portal(self) -> BlockingPortal:
-        """Starts the loop thread: a daemon running an anyio BlockingPortal.
+    def _refuse_if_closed(self, call: str) -> None:
+        if self._closed:
+            raise MonitorClosedError(
+                f"SyncMonitor.{call}(): this monitor is closed; build a new SyncMonitor (stop() keeps it "
+                "restartable, close() does not)"
+            )
 
-        (Not ``start_blocking_portal()``: its context-manager generator, if
-        left open, is finalised at interpreter exit and waits forever for the
-        already frozen daemon thread.)
-        """
-        if self._portal is None:
-            ready: Future[BlockingPortal] = Future()
-
-            async def serve() -> None:
-                async with BlockingPortal() as portal:
-                    ready.set_result(portal)
-                    await portal.sleep_until_stopped()
-
-            def main() -> None:
-                try:
-                    anyio.run(serve)
-                except BaseException as exc:  # noqa: BLE001 - handed to the starting thread
-                    if not ready.done():
-                        ready.set_exception(exc)
-
-            self._thread = threading.Thread(target=main, name="monitor-async-loop", daemon=True)
-            self._thread.start()
-            self._portal = ready.result()
-            self._loop_thread = self._thread.ident
-        return self._portal
-
-    def _close_portal(self) -> None:
-        portal, self._portal = self._portal, None
-        thread, self._thread = self._thread, None
-        self._loop_thread = None
-        if portal is not None:
-            with contextlib.suppress(RuntimeError):
-                portal.call(portal.stop, True)
-        if thread is not None:
-            thread.join(timeout=self.monitor.stop_timeout)
-
-    def _run(self, fn: Callable[[], Awaitable[T]]) -> T:
-        """Runs ``await fn()`` on the monitor's loop: the portal's, or a private one here."""
-        self._guard()
+    def _loop_thread(self, open_one: bool) -> LoopThread | None:
+        """The loop thread (started when ``open_one``), with a call announced on it; under the lock."""
         with self._lock:
-            if self._portal is not None:
-                return self._portal.call(fn)
-            if not self.background:
-                try:
-                    asyncio.get_running_loop()
-                except RuntimeError:
-                    if self._private is None:
-                        self._private = asyncio.new_event_loop()
-                    coro: Coroutine[Any, Any, T] = fn()  # type: ignore[assignment]
-                    return self._private.run_until_complete(coro)
-            return self._open_portal().call(fn)
+            thread = self._thread
+            if thread is None and open_one:
+                thread = self._thread = LoopThread(self._grace)
+            if thread is not None:
+                thread.enter()
+            return thread
+
+    def _run(self, fn: Callable[[], Awaitable[T]], limit: float | None = None) -> T:
+        """Runs ``await fn()`` on the monitor's loop: the loop thread's, or the private one.
+
+        ``limit``: seconds to wait for the result (:class:`LoopBusy` after).
+        """
+        self._guard()
+        thread = self._loop_thread(self.background or loop_running_here())
+        if thread is not None:
+            result: T = thread.call(fn, limit)
+            return result
+        return self._private.run(fn, limit)
 
     def _call(self, fn: Callable[[], T]) -> T:
         """Runs a sync monitor method in the loop thread when one runs, else here."""
         self._guard()
-        with self._lock:
-            if self._portal is not None:
-                return self._portal.call(fn)
+        thread = self._loop_thread(False)
+        if thread is None:
             return fn()
+        result: T = thread.call(fn)
+        return result
+
+    def _end_loop_thread(self) -> None:
+        with self._lock:
+            thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.close()
 
     # ----------------------------------------------------------------- public API
     def watch(self, target: Any, **options: Unpack[WatchOptions]) -> str:
         """Registers a target (same options as :meth:`Monitor.watch`) and returns its name."""
+        self._refuse_if_closed("watch")
         return self._call(functools.partial(self.monitor.watch, target, **options))
 
     def unwatch(self, name: str) -> None:
         """Stops polling the named target."""
+        self._refuse_if_closed("unwatch")
         self._call(functools.partial(self.monitor.unwatch, name))
 
     def step(self) -> dict[str, dict[str, float]]:
         """Polls every target once, writes what is due, returns ``{watch: metrics}``."""
+        self._refuse_if_closed("step")
         return self._run(self.monitor.step)
 
     def flush(self) -> None:
-        """Waits until every queued record is written and flushes the sinks."""
-        self._run(self.monitor.flush)
+        """Waits until every queued record is written and flushes the sinks; returns within about ``stop_timeout``."""
+        self._refuse_if_closed("flush")
+        limit = self.monitor.stop_timeout + 2 * self._grace + 1.0
+        try:
+            self._run(self.monitor.flush, limit)
+        except LoopBusy:
+            log.warning("SyncMonitor.flush(): the monitor's loop did not answer within %gs (a call blocks it)", limit)
 
     def stats(self) -> dict[str, float]:
-        """The monitor's own counters (see :meth:`Monitor.stats`)."""
+        """The monitor's own counters (see :meth:`Monitor.stats`); readable after ``close()`` too."""
         return self._call(self.monitor.stats)
 
     def start(self) -> SyncMonitor:
         """Starts background polling (``background=True``); otherwise only re-arms ``stop()``."""
         self._guard()
-        with self._lock:
-            if self.background:
-                self._open_portal().call(self.monitor.start)
-            else:
-                self.monitor._stopped = False
+        self._refuse_if_closed("start")
+        if not self.background:
+            self.monitor._stopped = False
+            return self
+        thread = self._loop_thread(True)
+        assert thread is not None
+        thread.call(self.monitor.start)
         return self
 
     def stop(self, *, log_final: bool | None = None) -> None:
-        """Stops polling, logs final snapshots once, drains and flushes; ends the loop thread."""
+        """Stops polling, logs final snapshots once, drains and flushes; ends the loop thread.
+
+        Returns within about ``stop_timeout`` plus twice the longest watch
+        timeout, from any thread; a no-op after ``close()``. When something
+        blocks the loop itself (a sync call inline on it), it gives up with a
+        warning and leaves the monitor on that loop: a later ``stop()`` or
+        ``close()`` finishes once the loop is free.
+        """
         self._guard()
-        with self._lock:
-            try:
-                self._run(functools.partial(self.monitor.stop, log_final=log_final))
-            finally:
-                self._close_portal()
+        if self._closed:
+            return
+        busy = False
+        try:
+            self._run(functools.partial(self.monitor.stop, log_final=log_final), self.monitor._stop_bound())
+        except LoopBusy:
+            busy = True
+            log.warning(
+                "SyncMonitor.stop(): the monitor's loop did not answer within %gs (a call blocks it); gave up",
+                self.monitor._stop_bound(),
+            )
+        finally:
+            if not busy:
+                self._end_loop_thread()
 
     def close(self) -> None:
-        """``stop()`` and release the loop (thread or private loop). Idempotent."""
-        with self._lock:
-            try:
-                self.stop()
-            finally:
-                if self._private is not None:
-                    self._private.close()
-                    self._private = None
-                _live.discard(self)
+        """``stop()``, then release the loop and join the monitor's threads. Idempotent."""
+        if self._closed:
+            return
+        try:
+            self.stop()
+        finally:
+            self._closed = True
+            _live.discard(self)
+            self._private.close()
+            join_all(self.monitor._retired, self._grace)
 
     def __enter__(self) -> SyncMonitor:
         return self.start()
@@ -210,12 +230,12 @@ class SyncMonitor:
         self.close()
 
     def _stop_at_exit(self) -> None:
-        portal = self._portal
-        if portal is None:
+        thread = self._thread
+        if thread is None:
             return
-        future = portal.start_task_soon(self.monitor.stop)
+        future = thread.submit(self.monitor.stop)
         try:
-            future.result(timeout=self.monitor.stop_timeout + 5.0)
+            future.result(timeout=self.monitor._stop_bound() + 5.0)
         except Exception as exc:  # noqa: BLE001 - best effort at interpreter exit
             log.warning("monitor-async: stopping a running SyncMonitor at exit failed: %r", exc)
 

@@ -14,18 +14,42 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import threading
+import time
 from collections import deque
-from collections.abc import Callable
-from concurrent.futures import Future
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, ParamSpec, TypeVar
 
-__all__ = ["WorkerPool", "wait_future"]
+__all__ = ["PoolExecutor", "RaisedOnThread", "WorkerPool", "join_all", "wait_future"]
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 _Job = tuple["Future[Any]", Callable[[], Any]]
 _IDLE_SECONDS = 10.0
+_FOREIGN = (KeyboardInterrupt, SystemExit, asyncio.CancelledError)
+
+
+class RaisedOnThread(Exception):
+    """A ``KeyboardInterrupt``, ``SystemExit`` or ``CancelledError`` raised by a call on a worker thread.
+
+    The call's future carries this instead of the original (``original``, also
+    its ``__cause__``), so the loop that awaits it sees an ordinary failure of
+    that call: not a Ctrl-C of its own thread, not an exit, not a cancel.
+    """
+
+    def __init__(self, original: BaseException, thread: str) -> None:
+        super().__init__(original)
+        self.original = original
+        self.thread = thread
+        self.__cause__ = original
+
+    def __repr__(self) -> str:
+        return f"{self.original!r} on worker thread {self.thread!r}"
+
+    __str__ = __repr__
 
 
 class WorkerPool:
@@ -33,7 +57,8 @@ class WorkerPool:
 
     Guarantees:
         - At most ``limit`` threads run calls that have not been abandoned;
-          threads are started on demand and leave after 10 s idle.
+          threads are started on demand and leave after 10 s idle, or at once
+          after :meth:`retire` (a stopped monitor keeps no idle thread).
         - Calls start in submission order. With ``limit=1`` they run one at a
           time, in order, on one thread: the guarantee blocking sinks rely on
           (they never abandon a call).
@@ -44,6 +69,10 @@ class WorkerPool:
           the pool if there is room, else it ends.
         - Every worker is a daemon thread: a call that never returns does not
           block interpreter exit.
+        - A call that raises ``KeyboardInterrupt``, ``SystemExit`` or
+          ``CancelledError`` completes its future with :class:`RaisedOnThread`
+          (none of them means anything to the loop that awaits it); the worker
+          thread carries on.
 
     Example:
         >>> pool = WorkerPool(2, "example")
@@ -62,6 +91,9 @@ class WorkerPool:
         self._idle = 0  # threads waiting for a job
         self._abandoned: set[Future[Any]] = set()
         self._count = 0
+        self._retiring = False  # idle threads end instead of waiting, until the next submit()
+        self._threads: set[threading.Thread] = set()
+        self._running: set[threading.Thread] = set()  # the threads inside a call
 
     @property
     def limit(self) -> int:
@@ -72,9 +104,23 @@ class WorkerPool:
         """Queues ``fn()``; the returned future holds its result or exception."""
         fut: Future[T] = Future()
         with self._cond:
+            self._retiring = False
             self._jobs.append((fut, fn))
             self._dispatch()
         return fut
+
+    def retire(self) -> list[threading.Thread]:
+        """Lets the idle threads end now, and busy ones as soon as their call returns.
+
+        Returns the threads that are not inside a call: they end promptly, so
+        a caller may join them (a thread inside a hung call cannot be). A
+        later :meth:`submit` starts threads again as needed.
+        """
+        with self._cond:
+            self._retiring = True
+            idle = [thread for thread in self._threads if thread not in self._running]
+            self._cond.notify_all()
+        return idle
 
     def abandon(self, fut: Future[Any]) -> None:
         """Gives up on a call: cancelled if still queued, else its thread stops counting."""
@@ -93,12 +139,17 @@ class WorkerPool:
         elif self._live < self._limit:
             self._live += 1
             self._count += 1
-            threading.Thread(target=self._work, name=f"{self._name}-{self._count}", daemon=True).start()
+            thread = threading.Thread(target=self._work, name=f"{self._name}-{self._count}", daemon=True)
+            self._threads.add(thread)
+            thread.start()
 
-    def _next(self) -> _Job | None:
-        """The next job, or ``None`` when this thread should end (idle too long)."""
+    def _next(self, me: threading.Thread) -> _Job | None:
+        """The next job, or ``None`` when this thread should end (idle too long, or retired)."""
         with self._cond:
             while not self._jobs:
+                if self._retiring:
+                    self._live -= 1
+                    return None
                 self._idle += 1
                 try:
                     woken = self._cond.wait(_IDLE_SECONDS)
@@ -107,24 +158,73 @@ class WorkerPool:
                 if not woken and not self._jobs:
                     self._live -= 1
                     return None
+            self._running.add(me)
             return self._jobs.popleft()
 
     def _work(self) -> None:
-        while (job := self._next()) is not None:
-            fut, fn = job
-            del job
-            if fut.set_running_or_notify_cancel():
-                try:
-                    fut.set_result(fn())
-                except BaseException as exc:  # noqa: BLE001 - carried to the awaiting task
-                    fut.set_exception(exc)
+        me = threading.current_thread()
+        try:
+            while (job := self._next(me)) is not None:
+                fut, fn = job
+                del job
+                if fut.set_running_or_notify_cancel():
+                    try:
+                        fut.set_result(fn())
+                    except _FOREIGN as exc:  # the call's failure, not a signal to the awaiting loop
+                        fut.set_exception(RaisedOnThread(exc, me.name))
+                    except BaseException as exc:  # noqa: BLE001 - carried to the awaiting task
+                        fut.set_exception(exc)
+                with self._cond:
+                    self._running.discard(me)
+                    if fut in self._abandoned:
+                        self._abandoned.discard(fut)
+                        if self._live >= self._limit:
+                            return
+                        self._live += 1
+                del fut, fn
+        finally:
             with self._cond:
-                if fut in self._abandoned:
-                    self._abandoned.discard(fut)
-                    if self._live >= self._limit:
-                        return
-                    self._live += 1
-            del fut, fn
+                self._threads.discard(me)
+                self._running.discard(me)
+
+
+class PoolExecutor(ThreadPoolExecutor):
+    """An executor on a :class:`WorkerPool`: the default executor of a loop of ours.
+
+    File sinks write through their loop's default executor (aiofiles). Unlike
+    a plain ``ThreadPoolExecutor``, whose threads the interpreter joins at
+    exit and whose ``shutdown(wait=True)`` waits for a hung call forever,
+    these are daemon threads, and :meth:`shutdown` lets the idle ones end and
+    joins them within ``join_timeout`` seconds, leaving a hung one behind.
+    (A subclass only because ``loop.set_default_executor`` accepts nothing
+    else; none of the base class's threads or queues is used.)
+    """
+
+    def __init__(self, limit: int, name: str, join_timeout: float = 1.0) -> None:
+        super().__init__(max_workers=1, thread_name_prefix=name)
+        self._pool = WorkerPool(limit, name)
+        self._join_timeout = join_timeout
+        self._closed = False
+
+    def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
+        if self._closed:
+            raise RuntimeError("cannot schedule new futures after shutdown")
+        return self._pool.submit(functools.partial(fn, *args, **kwargs))
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        self._closed = True
+        idle = self._pool.retire()
+        if wait:
+            join_all(idle, self._join_timeout)
+
+
+def join_all(threads: Iterable[threading.Thread], timeout: float) -> None:
+    """Joins ``threads`` within ``timeout`` seconds in all (the current thread is skipped)."""
+    deadline = time.monotonic() + timeout
+    me = threading.current_thread()
+    for thread in threads:
+        if thread is not me:
+            thread.join(max(0.0, deadline - time.monotonic()))
 
 
 def wait_future(fut: Future[T]) -> asyncio.Future[T]:

@@ -1,0 +1,81 @@
+"""Issue 16, promise 10: threads and loops are released.
+
+``SyncMonitor.close()`` joins the monitor's threads (its loop thread, the
+worker threads of thread-offloaded targets and of the loggers it wrapped, the
+loop's executor threads behind file sinks): none lingers for an idle
+timeout. Sixty monitors built and closed in a loop leave at most a handful
+of threads. ``Monitor.stop()`` lets its idle worker threads end at once.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from monitor_async import Monitor, SyncMonitor
+from monitor_async.backends import CSVSink
+from tests.helpers import RecordingLogger
+from tests.reliability.faults import Ticker, wait_until, wait_until_sync
+
+MONITORS = 60
+HANDFUL = 5
+
+
+def names(threads: list[threading.Thread]) -> list[str]:
+    return sorted(t.name for t in threads)
+
+
+def new_threads(before: set[threading.Thread]) -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t not in before and t.is_alive()]
+
+
+def build(tmp_path: Path, i: int, background: bool) -> tuple[SyncMonitor, RecordingLogger]:
+    logger = RecordingLogger()  # a sync logger: wrapped in a LoggerSink with a worker thread
+    monitor = SyncMonitor(
+        [CSVSink(tmp_path / f"m{i}.csv"), logger], background=background, poll_interval=0.01, stop_timeout=2
+    )
+    monitor.watch(Ticker(), name="t", offload="thread")
+    return monitor, logger
+
+
+@pytest.mark.parametrize("background", [True, False])
+def test_close_joins_the_monitors_threads(tmp_path: Path, background: bool) -> None:
+    before = set(threading.enumerate())
+    monitor, logger = build(tmp_path, 0, background)
+    if background:
+        monitor.start()
+        wait_until_sync(lambda: len(logger.calls) >= 2)
+    else:
+        monitor.step()
+        monitor.step()
+    assert new_threads(before), "the monitor did start threads"
+    monitor.close()
+    left = new_threads(before)
+    assert not left, f"close() left threads behind: {names(left)}"
+
+
+def test_sixty_monitors_built_and_closed_leave_a_handful_of_threads(tmp_path: Path) -> None:
+    before = set(threading.enumerate())
+    for i in range(MONITORS):
+        monitor, logger = build(tmp_path, i, background=True)
+        monitor.start()
+        wait_until_sync(lambda logger=logger: len(logger.calls) >= 1)
+        monitor.close()
+    left = new_threads(before)
+    assert len(left) <= HANDFUL, f"{len(left)} threads left: {names(left)}"
+    rows = (tmp_path / f"m{MONITORS - 1}.csv").read_text().splitlines()
+    assert len(rows) >= 3, "each monitor wrote its file"
+
+
+async def test_stop_lets_the_idle_worker_threads_end_at_once() -> None:
+    before = set(threading.enumerate())
+    logger = RecordingLogger()
+    monitor = Monitor(logger, poll_interval=0.01)
+    monitor.watch(Ticker(), name="t", offload="thread")
+    async with monitor:
+        await wait_until(lambda: len(logger.calls) >= 2)
+        assert new_threads(before)
+    # well under the 10 s that an idle worker used to linger
+    await wait_until(lambda: not new_threads(before), timeout=2)
