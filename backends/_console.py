@@ -75,14 +75,31 @@ class ConsoleSink(ThreadedSink):
           distributed job prints; ``ranks="all"`` prints on every rank.
 
     Args:
-        stream: where to write; ``None``: ``sys.stdout`` as it is at the first write.
-        min_interval: line mode: seconds between two lines of one watch (>= 0).
-        refresh: live mode: seconds between two redraws (> 0).
-        live: ``True`` forces the live table (needs rich), ``False`` forces
-            lines, ``None`` picks the table on a terminal with rich installed
-            and no tqdm bar open.
-        title: live mode: the table's title (before its watch count and clock).
-        name: the sink's label in ``Monitor.stats()``.
+        stream: the text stream to write to. ``None`` (default):
+            ``sys.stdout`` as it is when the sink opens (``async with`` or the
+            first write), so a redirection made after the sink was built
+            (``contextlib.redirect_stdout``, a test's capture) is followed.
+        min_interval: line mode: the fewest seconds between two lines of one
+            watch (default 1.0); records in between are skipped, and
+            ``flush()`` prints the latest one not yet shown. ``0``: a line
+            for every record. Must be a number >= 0, else ``ValueError``.
+        refresh: live mode: seconds between two redraws of the table
+            (default 0.5). Must be a number > 0, else ``ValueError``.
+        live: ``True`` forces the live table (``ImportError`` without rich),
+            ``False`` forces lines. ``None`` (default) picks the table when
+            ``stream`` is a terminal, rich is installed and no tqdm bar is
+            open, decided when the sink opens.
+        title: live mode: the table's title, before its watch count and
+            clock (default ``"monitor-async"``).
+        name: the sink's label in ``Monitor.stats()``
+            (``sink/<label>/written``...) and in messages. ``None`` (default)
+            or ``""``: the lowercase class name, ``"consolesink"``; a monitor
+            makes a repeated label unique with ``_1``, ``_2``...
+        ranks: ``"main"`` (default): only the main rank (rank 0) of a
+            distributed job prints, so the ranks' lines do not interleave on
+            a shared console; on other ranks the monitor leaves the sink out.
+            ``"all"``: every rank prints. Anything else raises
+            ``ConfigError``.
 
     Attributes:
         table: the live table (a ``WatchTable``): the latest record of every
@@ -91,8 +108,9 @@ class ConsoleSink(ThreadedSink):
     Raises:
         ValueError: ``min_interval`` or ``refresh`` out of range.
         ImportError: ``live=True`` without rich installed.
+        ConfigError: ``ranks`` is neither ``"main"`` nor ``"all"``.
 
-    Example:
+    Examples:
         >>> import asyncio, io
         >>> from monitor_async import Monitor
         >>> out = io.StringIO()

@@ -80,7 +80,45 @@ class CSVSink(LineSink):
           One sink is used from one event loop (aiofiles binds the file to the
           loop that opened it).
 
-    Example:
+    Args:
+        path: the CSV file (``str`` or ``os.PathLike``; anything else raises
+            ``TypeError``). Every ``{rank}`` in it is replaced by this
+            process's rank (0 outside a distributed job), so
+            ``"runs/metrics_{rank}.csv"`` gives each rank a file of its own.
+            Missing parent folders are created at the first write. An
+            existing file is appended to; one that starts with anything but
+            this sink's header raises ``ValueError`` naming the path when the
+            sink opens (``async with`` or the first write). A pipe or a
+            terminal (``"/dev/stdout"``) works too.
+        fsync: ``False`` (default): each batch is in the OS when ``write``
+            returns, so it survives a crash of this process but not a power
+            cut. ``True``: each batch is also forced to disk (``os.fsync``)
+            before ``write`` returns, at the cost of one disk sync per batch.
+        name: the sink's label in ``Monitor.stats()``
+            (``sink/<label>/written``, ``sink/<label>/keys_escaped``...) and
+            in messages. ``None`` (default) or ``""``: the lowercase class
+            name, ``"csvsink"``; a monitor makes a repeated label unique with
+            ``_1``, ``_2``...
+        ranks: ``"all"`` (default): every rank of a distributed job writes
+            its own records; a local file is cheap and each batch is one
+            locked append, so ranks can share one file (the ``source``
+            column tells them apart) or use ``{rank}`` in ``path`` for one
+            file each. ``"main"``: only the main rank (rank 0) writes; on
+            other ranks the monitor leaves the sink out and the file is never
+            opened. Anything else raises ``ConfigError``.
+        source: whether rows get a sixth column, ``source``. ``None``
+            (default): decided at construction, yes where records come from
+            several processes (this process is one rank of several, or the
+            sink is hosted in a Ray actor by ``RaySink``), else no. ``True``:
+            always; ``False``: never (five columns, the ranks' rows then look
+            alike). The header depends on it, so a file written with the
+            other choice is refused when the sink opens (``ValueError``).
+
+    Raises:
+        TypeError: ``path`` is not a ``str`` or ``os.PathLike``.
+        ConfigError: ``ranks`` is neither ``"main"`` nor ``"all"``.
+
+    Examples:
         >>> import asyncio, csv, tempfile
         >>> from monitor_async import Monitor
         >>> path = tempfile.mkdtemp() + "/runs/metrics.csv"

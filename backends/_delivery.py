@@ -54,7 +54,7 @@ class Backoff:
     Raises:
         ConfigError: a value out of range.
 
-    Example:
+    Examples:
         >>> import random
         >>> backoff = Backoff(first=0.5, cap=4.0)
         >>> print(*(backoff.ceiling(n) for n in range(5)))
@@ -110,7 +110,7 @@ class Failure:
 def parse_retry_after(value: str | None) -> float | None:
     """Seconds to wait from a ``Retry-After`` header (seconds or an HTTP date); ``None`` if absent or bad.
 
-    Example:
+    Examples:
         >>> parse_retry_after("3"), parse_retry_after(None), parse_retry_after("soon")
         (3.0, None, None)
     """
@@ -186,7 +186,7 @@ def classify(exc: BaseException) -> Failure:
       server may have the batch (``sent``), so the retry may duplicate it.
     - Anything else (a bug, a refusal, a bad value): not retried.
 
-    Example:
+    Examples:
         >>> classify(ConnectionRefusedError(111, "Connection refused")).retry
         True
         >>> classify(ValueError("bad")).retry

@@ -46,7 +46,37 @@ class JSONLSink(LineSink):
           from one event loop (aiofiles binds the file to the loop that opened
           it).
 
-    Example:
+    Args:
+        path: the JSON Lines file (``str`` or ``os.PathLike``; anything else
+            raises ``TypeError``). Every ``{rank}`` in it is replaced by this
+            process's rank (0 outside a distributed job), so
+            ``"runs/metrics_{rank}.jsonl"`` gives each rank a file of its
+            own. Missing parent folders are created at the first write. An
+            existing file is appended to (it has no header to check); a last
+            line left incomplete by a killed process is cut away when the
+            sink opens. A pipe or a terminal (``"/dev/stdout"``) works too.
+        fsync: ``False`` (default): each batch is in the OS when ``write``
+            returns, so it survives a crash of this process but not a power
+            cut. ``True``: each batch is also forced to disk (``os.fsync``)
+            before ``write`` returns, at the cost of one disk sync per batch.
+        name: the sink's label in ``Monitor.stats()``
+            (``sink/<label>/written``, ``sink/<label>/recreated``...) and in
+            messages. ``None`` (default) or ``""``: the lowercase class name,
+            ``"jsonlsink"``; a monitor makes a repeated label unique with
+            ``_1``, ``_2``...
+        ranks: ``"all"`` (default): every rank of a distributed job writes
+            its own records; a local file is cheap and each batch is one
+            locked append, so ranks can share one file (each line's
+            ``source`` tells them apart) or use ``{rank}`` in ``path`` for
+            one file each. ``"main"``: only the main rank (rank 0) writes; on
+            other ranks the monitor leaves the sink out and the file is never
+            opened. Anything else raises ``ConfigError``.
+
+    Raises:
+        TypeError: ``path`` is not a ``str`` or ``os.PathLike``.
+        ConfigError: ``ranks`` is neither ``"main"`` nor ``"all"``.
+
+    Examples:
         >>> import asyncio, json, tempfile
         >>> from monitor_async import Monitor
         >>> path = tempfile.mkdtemp() + "/metrics.jsonl"

@@ -48,7 +48,7 @@ def mlflow_key(key: str) -> str:
     first 241 characters plus ``-`` and 8 hex digits of a hash of the whole
     key, so two long keys stay apart.
 
-    Example:
+    Examples:
         >>> mlflow_key("collector/frames_per_second")
         'collector/frames_per_second'
         >>> mlflow_key("gpu:0/mem[used]"), mlflow_key("/a//../b/")
@@ -203,24 +203,48 @@ class MLflowSink(ResilientSink):
           spools until it is up.
 
     Args:
-        tracking_uri: where the runs live; ``None``: ``mlflow.get_tracking_uri()``
-            (``MLFLOW_TRACKING_URI``, else MLflow's default local store).
-        experiment: the experiment name of a run the sink creates (made if missing).
-        run_id: an existing run to log to (then no ``experiment``, ``run_name`` or ``tags``).
-        run_name: the name of a run the sink creates.
-        tags: tags of a run the sink creates (values become strings).
+        tracking_uri: where the runs live: a tracking server
+            (``http(s)://``, reached through MLflow's REST API, one try per
+            request) or any other store MLflow's client takes (``sqlite:``,
+            ``file:``, ``databricks``). ``None`` (default):
+            ``mlflow.get_tracking_uri()`` (``MLFLOW_TRACKING_URI``, else
+            MLflow's default local store).
+        experiment: the name of the experiment of a run the sink creates,
+            created if missing. ``None`` (default): the
+            ``MLFLOW_EXPERIMENT_NAME`` / ``MLFLOW_EXPERIMENT_ID`` environment
+            variables, else MLflow's Default experiment.
+        run_id: an existing run to log to, never ended by the sink (then no
+            ``experiment``, ``run_name`` or ``tags``). ``None`` (default):
+            MLflow's active run when the tracking URI is MLflow's current
+            one, else a run created at the first delivery.
+        run_name: the name of a run the sink creates; ``None`` (default):
+            one MLflow picks.
+        tags: tags of a run the sink creates (keys and values become
+            strings); ``None`` (default): none.
         spool_dir: the spool's folder; the same folder in a later process
-            replays what this one could not send. ``None``: a temporary one.
-        spool_bytes: the spool's bound in bytes (default 64 MiB).
+            replays what this one could not send. ``None`` (default): a
+            temporary one (see ``ResilientSink``).
+        spool_bytes: the spool's bound in bytes (default 64 MiB); past it
+            the oldest batches are dropped and counted in ``spool_dropped``.
         backoff: the waits between tries (default ``Backoff()``).
-        timeout: seconds one request may take (connect and read).
-        name: the sink's label in ``Monitor.stats()`` (default ``"mlflowsink"``).
-        ranks: ``"main"`` (default): only the main rank of a distributed job logs (the run is shared); ``"all"``: every rank does, each into the run it is given or creates.
+        timeout: seconds one request to a tracking server may take, connect
+            and read (default 10.0); a request that takes longer is retried
+            from the spool. Unused with a store that is not ``http(s)://``.
+            Must be a finite number > 0.
+        name: the sink's label in ``Monitor.stats()``
+            (``sink/<label>/retries``...) and in messages, not the run's
+            name. ``None`` (default) or ``""``: ``"mlflowsink"``; a monitor
+            makes a repeated label unique with ``_1``, ``_2``...
+        ranks: ``"main"`` (default): only the main rank (rank 0) of a
+            distributed job logs, so a job is one run rather than one per
+            rank; on other ranks the monitor leaves the sink out.
+            ``"all"``: every rank does, each into the run it is given or
+            creates. Anything else raises ``ConfigError``.
 
     Raises:
         ConfigError: a bad option, or ``run_id`` together with options of a new run.
 
-    Example:
+    Examples:
         >>> import asyncio, tempfile
         >>> from monitor_async import Monitor
         >>> from mlflow.tracking import MlflowClient

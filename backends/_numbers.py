@@ -21,7 +21,7 @@ def eng(value: float) -> str:
     Returns:
         The text, at most 8 characters for any finite value below 1e21.
 
-    Example:
+    Examples:
         >>> [eng(v) for v in (300, 7.25, 88612.0, 1234567, 0.01234, -2500, 0.0, 999.99, 2e-5)]
         ['300', '7.25', '88.6k', '1.23M', '0.0123', '-2.5k', '0', '1k', '2.00e-05']
     """
@@ -56,7 +56,7 @@ def count(n: int, noun: str) -> str:
     Returns:
         The text.
 
-    Example:
+    Examples:
         >>> count(1, "watch"), count(5, "watch"), count(0, "record")
         ('1 watch', '5 watches', '0 records')
     """
@@ -74,7 +74,7 @@ def age(seconds: float) -> str:
     Returns:
         The text, at most 4 characters.
 
-    Example:
+    Examples:
         >>> [age(s) for s in (-1, 4.7, 750, 3 * 3600, 2 * 86400, 1e9)]
         ['0s', '4s', '12m', '3h', '2d', '99d+']
     """

@@ -150,19 +150,34 @@ class OTLPSink(ResilientSink):
             ``http://localhost:4318/v1/metrics``.
         headers: extra HTTP headers (an API key...); ``None``: the
             ``OTEL_EXPORTER_OTLP_*HEADERS`` variables, read by the exporter.
-        service_name: the resource's ``service.name``.
-        resource_attributes: more resource attributes (``{"deployment.environment": "dev"}``).
-        timeout: seconds one export may take.
-        spool_dir: the spool's folder (see ``ResilientSink``); ``None``: a temporary one.
-        spool_bytes: the spool's bound in bytes (default 64 MiB).
+        service_name: the resource's ``service.name``; it wins over one in
+            ``resource_attributes``. ``None`` (default):
+            ``OTEL_SERVICE_NAME`` / ``OTEL_RESOURCE_ATTRIBUTES``, else
+            ``"monitor-async"``.
+        resource_attributes: more resource attributes
+            (``{"deployment.environment": "dev"}``); ``None`` (default):
+            only those of ``service_name``, the environment and the SDK.
+        timeout: seconds one export may take (default 10.0); one that takes
+            longer is retried from the spool. Must be a finite number > 0.
+        spool_dir: the spool's folder (see ``ResilientSink``); ``None``
+            (default): a temporary one.
+        spool_bytes: the spool's bound in bytes (default 64 MiB); past it
+            the oldest batches are dropped and counted in ``spool_dropped``.
         backoff: the waits between tries (default ``Backoff()``).
-        name: the sink's label in ``Monitor.stats()`` (default ``"otlpsink"``).
-        ranks: ``"all"`` (default): every rank exports, its ``source`` (rank) among the attributes; ``"main"``: only the main rank of a distributed job.
+        name: the sink's label in ``Monitor.stats()``
+            (``sink/<label>/points_rejected``...) and in messages; it is not
+            exported. ``None`` (default) or ``""``: ``"otlpsink"``; a
+            monitor makes a repeated label unique with ``_1``, ``_2``...
+        ranks: ``"all"`` (default): every rank of a distributed job exports,
+            its ``source`` (``rank``) among the data points' attributes, so
+            the collector keeps the ranks apart. ``"main"``: only the main
+            rank (rank 0); on other ranks the monitor leaves the sink out.
+            Anything else raises ``ConfigError``.
 
     Raises:
         ConfigError: a bad option.
 
-    Example:
+    Examples:
         >>> sink = OTLPSink("http://127.0.0.1:4318/v1/metrics", service_name="trainer")
         >>> sink.endpoint, sink.resource.attributes["service.name"]
         ('http://127.0.0.1:4318/v1/metrics', 'trainer')

@@ -53,7 +53,7 @@ def sanitise(name: str) -> str:
 
     Colons are replaced too (Prometheus reserves them for recording rules).
 
-    Example:
+    Examples:
         >>> sanitise("env/reward.mean")
         'env_reward_mean'
     """
@@ -151,7 +151,53 @@ class PrometheusSink(BaseSink):
           ``port=None`` opens no port; mount :meth:`asgi_app` in your own
           async server instead. ``close()`` stops the server.
 
-    Example:
+    Args:
+        host: the address the built-in server binds to (default
+            ``"127.0.0.1"``, loopback: only this machine can scrape).
+            ``"0.0.0.0"`` (or ``"::"``) serves every interface; an IPv6
+            address works too. Unused with ``port=None``. Must be a non-empty
+            string, else ``ValueError``.
+        port: the TCP port of the built-in server (default 9464), started
+            when the sink opens (``async with`` or the first write). ``0``:
+            a free port, read back from ``.port`` or ``.url`` once entered.
+            ``None``: no server and no port; serve :meth:`asgi_app` from your
+            own server. A port in use raises ``OSError`` naming
+            ``host:port`` when the sink opens: ranks sharing a host need a
+            port each (``port=0``, or a base plus the local rank). Anything
+            but an integer in 0..65535 or ``None`` (a bool included) raises
+            ``ValueError``.
+        registry: the prometheus_client ``CollectorRegistry`` the gauges are
+            registered in, and that the built-in server serves. ``None``
+            (default): a registry of the sink's own, holding only its gauges.
+            Pass ``prometheus_client.REGISTRY`` to serve them next to the
+            process metrics; the sink unregisters its gauges from a registry
+            it was given when it closes.
+        namespace: the prefix of every metric family name (default
+            ``"monitor_async"``: ``monitor_async_frames``,
+            ``monitor_async_last_record_timestamp_seconds``). Must match
+            ``[a-zA-Z_][a-zA-Z0-9_]*``, else ``ValueError``.
+        max_series: the most series exported, each a (metric, watch, source)
+            triple (default 10,000). Past it, values of new series are left
+            out, counted in ``series_dropped`` and reported by one warning,
+            while the series already exported keep updating. Must be an
+            integer >= 1 (not a bool), else ``ValueError``.
+        name: the sink's label in ``Monitor.stats()``
+            (``sink/<label>/series_dropped``...) and in messages; it does not
+            appear in the exported metrics. ``None`` (default) or ``""``: the
+            lowercase class name, ``"prometheussink"``; a monitor makes a
+            repeated label unique with ``_1``, ``_2``...
+        ranks: ``"all"`` (default): every rank of a distributed job keeps
+            and serves its own gauges (Prometheus scrapes each process, and
+            the ``rank`` label keeps the ranks' series apart). ``"main"``:
+            only the main rank (rank 0) does; on other ranks the monitor
+            leaves the sink out and no port is opened. Anything else raises
+            ``ConfigError``.
+
+    Raises:
+        ValueError: a bad ``host``, ``port``, ``namespace`` or ``max_series``.
+        ConfigError: ``ranks`` is neither ``"main"`` nor ``"all"``.
+
+    Examples:
         >>> import asyncio, urllib.request
         >>> from monitor_async import Monitor
         >>> class Collector:

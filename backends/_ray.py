@@ -112,12 +112,47 @@ class RaySink(ResilientSink):
           spool's options (``{"spool_dir": ..., "spool_bytes": ...,
           "backoff": Backoff(...)}``); each handle has its own spool.
 
-    ``actor_options`` go to ``ray.remote(...).options()``; the default
-    ``{"num_cpus": 0}`` lets the (I/O bound) sink actor sit next to tasks
-    on a busy cluster. The actor is created when the sink is constructed;
-    call ``ray.init()`` before to pick the cluster.
+    The actor is created when the sink is constructed; call ``ray.init()``
+    before to pick the cluster. This handle's label in ``Monitor.stats()``
+    is ``ray_<n>``, ``<n>`` being the actor's name, else the hosted sink's
+    ``name``, else the lowercase class name (``ray_memorysink``).
 
-    Example:
+    Args:
+        sink_cls: the sink class, or any callable returning a sink, that the
+            actor calls as ``sink_cls(*args, **kwargs)`` (Ray pickles it to
+            the actor). Anything not callable raises ``TypeError``; a sink
+            the actor fails to build raises ``RuntimeError`` naming the
+            sink at the first call.
+        *args: positional arguments of ``sink_cls``, pickled to the actor.
+        actor_options: options of ``ray.remote(...).options()`` for the
+            actor, laid over the default ``{"num_cpus": 0}``, which lets the
+            (I/O bound) sink actor sit next to tasks on a busy cluster.
+            ``"name"`` lets any process of the job find it with
+            :meth:`connect`; ``"max_restarts"`` lets a crashed actor come
+            back while batches wait in the spool. ``None`` (default): the
+            default alone. Options Ray refuses raise ``ValueError``.
+        ranks: ``"all"`` (default): the monitor of every rank of a
+            distributed job writes into the one hosted sink, which is what
+            sharing it is for (each record's ``source`` says which rank,
+            host and process sent it). ``"main"``: only the main rank (rank
+            0) writes through this handle; on other ranks the monitor leaves
+            it out. Anything else raises ``ConfigError``.
+        delivery: this handle's spool options, as
+            :class:`~monitor_async.backends.ResilientSink` takes them:
+            ``{"spool_dir": ..., "spool_bytes": ..., "backoff": Backoff(...)}``,
+            any of the three. ``None`` (default): a private temporary folder,
+            64 MiB, ``Backoff()``. Any other key raises ``ConfigError``.
+        **kwargs: keyword arguments of ``sink_cls``, pickled to the actor;
+            their ``name`` also names this handle when ``actor_options``
+            has no ``"name"``. ``actor_options``, ``ranks`` and ``delivery``
+            are this handle's own and never reach the hosted sink.
+
+    Raises:
+        TypeError: ``sink_cls`` is not callable.
+        ConfigError: a bad ``ranks`` or ``delivery``.
+        ValueError: ``actor_options`` Ray refuses.
+
+    Examples:
         >>> import asyncio, ray
         >>> from monitor_async import Monitor
         >>> from monitor_async.backends import MemorySink

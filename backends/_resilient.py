@@ -96,14 +96,21 @@ class ResilientSink(BaseSink):
             previous run left batches in sends them first. ``None``: a
             private temporary folder (removed when the sink closes empty).
             One sink per folder at a time (``ConfigError`` otherwise).
-        spool_bytes: the most bytes the spool may take (default 64 MiB).
-        backoff: the waits between tries (default ``Backoff()``).
-        name: the sink's label in ``Monitor.stats()`` and in messages.
+        spool_bytes: the most bytes the spool's files may take (default
+            64 MiB); past it the oldest batches are dropped and counted in
+            ``spool_dropped``. Must be a positive integer.
+        backoff: the waits between tries of a delivery that failed but is
+            worth another try (default ``Backoff()``); must be a
+            :class:`Backoff`.
+        name: the sink's label in ``Monitor.stats()``
+            (``sink/<label>/retries``...) and in messages. ``None``
+            (default) or ``""``: the lowercase class name; a monitor makes a
+            repeated label unique with ``_1``, ``_2``...
 
     Raises:
         ConfigError: a bad ``spool_dir``, ``spool_bytes`` or ``backoff``.
 
-    Example:
+    Examples:
         >>> import asyncio
         >>> from monitor_async import DeliveryError, Record
         >>> class Flaky(ResilientSink):

@@ -53,7 +53,7 @@ def short(record: Record) -> dict[str, float]:
     Returns:
         ``{metric: value}``; a key without the prefix is kept whole.
 
-    Example:
+    Examples:
         >>> short(Record("rb", None, 0.0, {"rb/size": 3.0}))
         {'size': 3.0}
     """
@@ -79,7 +79,7 @@ def split_rates(metrics: Mapping[str, float]) -> tuple[list[tuple[str, float, fl
     Returns:
         ``(values, lone_rates)``; ``lone_rates`` holds ``(stem, rate)`` pairs.
 
-    Example:
+    Examples:
         >>> split_rates({"frames": 10.0, "frames_per_second": 5.0, "x_per_second": 1.0})
         ([('frames', 10.0, 5.0)], [('x', 1.0)])
     """
@@ -108,7 +108,7 @@ def monitor_items(metrics: Mapping[str, float]) -> tuple[list[str], bool]:
         values left out when there are any, then each sink that dropped
         records or failed, by its label.
 
-    Example:
+    Examples:
         >>> monitor_items({"polls": 9.0, "records": 7.0, "values_dropped": 0.0, "watches": 2.0,
         ...                "sink/csv/dropped": 2.0})
         (['polls 9', 'records 7', 'dropped 2', 'errors 0', 'csv: 2 dropped'], True)
@@ -202,7 +202,7 @@ class WatchTable:
         title: the text before the table's watch count and clock.
         clock: returns the current unix time (for the ``age`` column).
 
-    Example:
+    Examples:
         >>> import io
         >>> from rich.console import Console
         >>> table = WatchTable(clock=lambda: 12.0)

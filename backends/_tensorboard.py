@@ -49,7 +49,44 @@ class TensorBoardSink(ThreadedSink):
           ``log_dir/rank<r>`` (a run of its own in TensorBoard), unless
           ``log_dir`` holds ``{rank}``, which is then replaced.
 
-    Example:
+    Args:
+        log_dir: the folder of the event files, the one to give
+            ``tensorboard --logdir`` (``str`` or ``os.PathLike``; anything
+            else raises ``TypeError``). Created, with its parents, when the
+            sink opens (``async with`` or the first write, on the sink's
+            thread); one that cannot be raises ``OSError`` naming it then.
+            Every ``{rank}`` in it is replaced by this process's rank; with
+            ``ranks="all"`` in a job of several ranks and no ``{rank}``, each
+            rank writes under ``log_dir/rank<r>``.
+        flush_secs: seconds between two flushes of the event file while
+            records keep coming (default 10.0): at a write, the file is
+            flushed when at least that long has passed since the last flush,
+            so an idle sink waits for ``flush()`` or ``close()``. Smaller
+            shows new points in TensorBoard sooner, at the cost of more
+            flushes. Must be a number > 0, else ``ValueError``.
+        filename_suffix: text appended to each event file's name, after
+            ``.<pid>.<n>`` (default ``""``), e.g. ``".train"`` to tell files
+            apart in a shared folder. TensorBoard reads the file whatever the
+            suffix.
+        name: the sink's label in ``Monitor.stats()``
+            (``sink/<label>/written``, ``sink/<label>/keys_escaped``...) and
+            in messages; not a TensorBoard run name (that is the folder).
+            ``None`` (default) or ``""``: the lowercase class name,
+            ``"tensorboardsink"``; a monitor makes a repeated label unique
+            with ``_1``, ``_2``...
+        ranks: ``"main"`` (default): only the main rank (rank 0) of a
+            distributed job writes, so a job shows as one run instead of one
+            per rank, and other ranks never touch ``log_dir`` (the monitor
+            leaves the sink out there). ``"all"``: every rank writes, as a
+            run of its own (see ``log_dir``). Anything else raises
+            ``ConfigError``.
+
+    Raises:
+        TypeError: ``log_dir`` is not a ``str`` or ``os.PathLike``.
+        ValueError: ``flush_secs`` is not a number > 0.
+        ConfigError: ``ranks`` is neither ``"main"`` nor ``"all"``.
+
+    Examples:
         >>> import asyncio, tempfile
         >>> from monitor_async import Monitor
         >>> log_dir = tempfile.mkdtemp()

@@ -24,7 +24,7 @@ def escape(text: str) -> str | None:
         The escaped text, or ``None`` when nothing needed escaping (the common
         case, checked without building a new string).
 
-    Example:
+    Examples:
         >>> escape(b"gpu\\xff".decode("utf-8", "surrogateescape"))
         'gpu\\\\udcff'
         >>> escape("caf\\u00e9/nul\\0ok") is None

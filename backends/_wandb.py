@@ -34,7 +34,36 @@ class WandbSink(ThreadedSink):
           distributed job opens a run and logs; with ``ranks="all"`` every
           rank logs to a run of its own (pass ``group=`` to see them together).
 
-    Example:
+    Args:
+        run: the wandb run to log to (what ``wandb.init`` returned); the sink
+            never finishes it. ``None`` (default): at the first write, the
+            active run (``wandb.run``) if there is one, else a run the sink
+            creates with ``wandb.init(**init_kwargs)`` and finishes on
+            ``close()``. Giving both ``run`` and ``init_kwargs`` raises
+            ``ValueError``; ``None`` without wandb installed raises
+            ``ImportError``.
+        name: the sink's label in ``Monitor.stats()``
+            (``sink/<label>/written``...) and in messages, not the wandb run's
+            name (to name the run, pass a ``run`` made by
+            ``wandb.init(name=...)``). ``None`` (default) or ``""``: the
+            lowercase class name, ``"wandbsink"``; a monitor makes a
+            repeated label unique with ``_1``, ``_2``...
+        ranks: ``"main"`` (default): only the main rank (rank 0) of a
+            distributed job logs, so a job is one run rather than one per
+            rank; on other ranks the monitor leaves the sink out and no run
+            is opened. ``"all"``: every rank logs, each to a run of its own.
+            Anything else raises ``ConfigError``.
+        **init_kwargs: keyword arguments of ``wandb.init`` (``project``,
+            ``dir``, ``group``, ``config``, ``mode``...), used only when the
+            sink creates the run: an active run found at the first write is
+            used as it is, and these are ignored.
+
+    Raises:
+        ValueError: both ``run`` and ``init_kwargs`` were given.
+        ImportError: no ``run`` and wandb is not installed.
+        ConfigError: ``ranks`` is neither ``"main"`` nor ``"all"``.
+
+    Examples:
         >>> import asyncio, os, tempfile
         >>> from monitor_async import Monitor
         >>> os.environ["WANDB_MODE"] = "offline"
