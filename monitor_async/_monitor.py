@@ -16,6 +16,7 @@ from ._channel import channels_for
 from ._errors import ON_ERROR, ErrorPolicy, OnError, log
 from ._exceptions import ConfigError, WatchTypeError
 from ._poll import GRACE, SKIPPED, Counters, Poller
+from ._push import Pushes
 from ._queue import wait_for_waiter
 from ._record import Record
 from ._reduce import Reduce, ReducedWatch, watch_reduced
@@ -55,6 +56,12 @@ def _default_name(target: Any) -> str:
         descriptor = getattr(target, "_ray_actor_creation_function_descriptor", None)
         name = (getattr(descriptor, "class_name", None) or name).rpartition(".")[2]
     return name.lower()
+
+
+def _function_name(fn: Callable[..., Any]) -> str:
+    """The default watch name of a bare ``stats_fn``: its lowercase name (``"stats"`` for a lambda)."""
+    name = getattr(fn, "__name__", "")
+    return name.lower() if name.isidentifier() else "stats"
 
 
 class Monitor:
@@ -100,6 +107,47 @@ class Monitor:
           rank 0 (never opened there), each record's ``source`` holds the
           rank, and the monitor never calls a collective or waits for another
           rank (see ``watch(reduce=...)``).
+
+    Args:
+        sinks: where records go: a sink (anything with ``async write``,
+            ``flush`` and ``close``: see :class:`~monitor_async.Sink`), a TorchRL
+            or AgileRL logger (wrapped in :class:`~monitor_async.LoggerSink`),
+            or a sequence of them. ``None``: no sink (``step()`` still returns
+            the values). Anything else raises :class:`~monitor_async.SinkTypeError`.
+        poll_interval: seconds between two polls of a watch, for every watch
+            that does not set its own (default 1.0; must be > 0).
+        on_error: what a failing target or sink does: ``"warn"`` (default)
+            logs one warning per failure streak on the ``monitor_async``
+            logger and counts it; ``"ignore"`` only counts; ``"raise"``
+            re-raises from ``step()``, and in background mode stops polling at
+            the first error and re-raises it from ``run()``/``stop()``.
+        queue_size: records each sink's queue holds (default 1024); when a
+            sink falls behind, the oldest are dropped and counted. Also the
+            most pushed values (``log()``) that wait for the loop.
+        max_batch: the most records one ``sink.write`` call gets (default 256).
+        poll_timeout: seconds a poll may take before it counts as timed out,
+            for every watch without its own ``timeout`` (default ``None``: the
+            watch's poll interval).
+        close_sinks: close the sinks at ``stop()`` (default ``False``: the
+            monitor does not own them; it only flushes them).
+        stop_timeout: seconds ``stop()``, ``flush()`` and ``close()`` wait for
+            a sink to drain (and, with ``close_sinks``, to close) before giving
+            it up with a warning (default 5.0).
+        thread_limit: worker threads for thread-offloaded ``stats()`` calls
+            (default 8); a call that timed out stops counting against it.
+        max_values: values kept per snapshot or push (default 10,000); the
+            rest are left out and counted in ``values_dropped``.
+        batch_wait: seconds a background writer lets records gather before
+            it writes (default 0.25; ``0`` writes at once). ``step()``,
+            ``flush()`` and ``stop()`` never wait for it.
+        world: this process's place in a distributed job
+            (:class:`~monitor_async.distributed.World`); default: detected by
+            :func:`monitor_async.distributed.world` (torch.distributed,
+            torchrun, SLURM, Open MPI, else a single process).
+
+    Raises:
+        ConfigError: an option is out of range (the message names it).
+        SinkTypeError: something given as a sink is neither a sink nor a logger.
 
     Example:
         >>> import asyncio
@@ -159,6 +207,8 @@ class Monitor:
         sinks = for_rank(sinks, self.world)  # a ranks="main" sink is never opened away from rank 0
         self._channels = channels_for(sinks, queue_size, max_batch, self._errors, float(batch_wait))
         self._counters = Counters()
+        self._pushes = Pushes(queue_size, max_values, self._errors, self._source)
+        self._pushed: set[str] = set()  # names given to log(): never watch names
         self._poller = Poller(self._counters, self._channels, self._errors, self._worker_pool)
         self._watches: dict[str, Watch] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -188,7 +238,7 @@ class Monitor:
     # ----------------------------------------------------------------- watches
     def watch(
         self,
-        target: Any,
+        target: Any = None,
         *,
         name: str | None = None,
         schedule: Every | None = None,
@@ -206,21 +256,75 @@ class Monitor:
     ) -> str:
         """Registers ``target`` and returns its watch name. Works before and while running.
 
-        ``stats_fn`` replaces ``target.stats``; ``stats_kwargs`` are passed to
-        it. ``step`` names the snapshot key used as the logging step (a counter
-        schedule defaults it to its key). ``offload`` says where a sync
-        ``stats()`` runs: ``"inline"`` on the loop, ``"thread"`` on a worker
-        thread, ``"auto"`` inline unless the target is a blocking proxy or
-        turns out slow. Raises ``ValueError`` for a duplicate name or a bad
-        option and ``TypeError`` when there is nothing to call.
+        Each watch is polled by its own task every ``poll_interval`` seconds
+        (background mode) or at each ``step()``; its records reach every sink
+        in poll order. The target is never closed or changed by the monitor.
 
-        ``reduce={"loss": "mean", ...}`` (or a :class:`~monitor_async.distributed.Reduce`)
-        on every rank makes the main rank also log ``"<name>/all"``: each key
-        reduced across the ranks (``sum``, ``mean``, ``min``, ``max``,
-        ``p50``, ``p90``, ``p99``), ``ranks`` (snapshots that went in) and
-        ``stale`` (ranks left out). With a list of targets the reduction is
-        over the group, in this process: members are ``"<name>/0"``... and
-        the count is ``targets``. See :mod:`monitor_async.distributed`.
+        Args:
+            target: the object to poll: anything with a ``stats()`` method
+                (plain, ``async def``, or returning an awaitable), a Ray actor
+                handle, a ``multiprocessing`` manager proxy. ``None`` when
+                ``stats_fn`` is given.
+            name: the watch name, unique, which namespaces every key
+                (``"<name>/<metric>"``). Default: the target's lowercase class
+                name (the proxied or actor class for proxies and Ray handles;
+                ``stats_fn``'s name without a target), then ``_1``, ``_2``...
+            schedule: when a polled snapshot is logged:
+                :meth:`Every.seconds` or :meth:`Every.counter` (TorchRL's
+                ``Every`` works too). Default ``None``: at every poll.
+            step: the snapshot key used as the record's step. A counter
+                schedule defaults it to its key; otherwise ``None`` (the sinks
+                number the records).
+            stats_fn: called instead of ``target.stats`` (e.g. a bound method
+                of another name, or a function with no target).
+            stats_kwargs: keyword arguments passed to every ``stats()`` call
+                (e.g. ``{"workers": "both"}`` for TorchRL's collectors).
+            rate_keys: cumulative counters to derive ``<key>_per_second``
+                rates from. Default: the known counters ``frames``,
+                ``batches``, ``write_count``, ``worker_frames``,
+                ``sample_calls``, ``samples_returned`` (TorchRL's rate names).
+            log_on_start: log the first poll (default). ``False``: the first
+                poll only records baselines, so the first record carries rates.
+            log_on_close: take a final snapshot at ``stop()`` (default).
+            poll_interval: this watch's seconds between polls (default: the
+                monitor's).
+            timeout: seconds a poll may take (default: ``poll_timeout``, else
+                the poll interval). A thread or Ray call that times out is
+                abandoned, and the target gets no new call until it returns.
+            offload: where a sync ``stats()`` runs: ``"inline"`` on the event
+                loop (cheapest), ``"thread"`` on a worker thread (anything that
+                may block), ``"auto"`` (default) inline unless the target is a
+                blocking proxy or its calls turn out slow (then it moves to a
+                thread once, with an info log).
+            reduce: ``{"loss": "mean", "frames": "sum", ...}`` (or a
+                :class:`~monitor_async.distributed.Reduce`): given on every rank
+                of a job, the main rank also logs ``"<name>/all"`` with each key
+                reduced across the ranks (``sum``, ``mean``, ``min``, ``max``,
+                ``p50``, ``p90``, ``p99``), ``ranks`` (snapshots that went in)
+                and ``stale`` (ranks left out). With a list of targets the
+                reduction is over the group, in this process: members are
+                ``"<name>/0"``... and the count is ``targets``. See
+                :mod:`monitor_async.distributed`.
+
+        Returns:
+            The watch name.
+
+        Raises:
+            ConfigError: a duplicate name (or one given to ``log()``), or an
+                option out of range; nothing is registered.
+            WatchTypeError: there is nothing to call (no ``stats()``, no
+                ``stats_fn``).
+
+        Example:
+            >>> import asyncio
+            >>> from monitor_async import Every, Monitor
+            >>> async def main():
+            ...     monitor = Monitor()
+            ...     name = monitor.watch(stats_fn=lambda: {"frames": 100}, name="collector",
+            ...                          schedule=Every.counter("frames", 50))
+            ...     return name, await monitor.step()
+            >>> asyncio.run(main())
+            ('collector', {'collector': {'collector/frames': 100.0}})
         """
         if reduce is not None:
             return watch_reduced(self, target, reduce, name, dict(
@@ -239,13 +343,14 @@ class Monitor:
             stats_fn = getattr(target, "stats", None)
             if not callable(stats_fn):
                 raise WatchTypeError(
+                    "watch() needs a target with a stats() method, or stats_fn=" if target is None else
                     f"Cannot watch {type(target).__name__}: it has no callable stats() method "
                     "and no stats_fn was given"
                 )
         elif not callable(stats_fn):
             raise WatchTypeError(f"watch: stats_fn must be callable, got {type(stats_fn).__name__}")
         if name is None:
-            base = _default_name(target)
+            base = _default_name(target) if target is not None else _function_name(stats_fn)
             name, n = base, 0
             while name in self._watches:
                 n += 1
@@ -254,6 +359,8 @@ class Monitor:
             raise ConfigError(f"watch: name must be a non-empty string, got {name!r}")
         elif name in self._watches or name in self._linked:
             raise ConfigError(f"A watch named {name!r} is already registered")
+        elif name in self._pushed:
+            raise ConfigError(f"watch: {name!r} is a name given to log(); pick another name for the watch")
         if step is None and schedule is not None and schedule.kind == "counter":
             step = schedule.key
         interval = float(poll_interval or self.poll_interval)
@@ -299,9 +406,78 @@ class Monitor:
 
     def _spawn(self, watch: Watch) -> None:
         assert self._loop is not None
+        watch.background = True
         self._tasks[watch.name] = self._loop.create_task(
             poll_forever(self._poller, watch), name=f"monitor-async poll {watch.name}"
         )
+
+    # ------------------------------------------------------------- pushed values
+    def log(self, name: str, metrics: Mapping[str, Any], *, step: int | None = None) -> None:
+        """Pushes values from your own loop: they become a record named ``name``, written to every sink.
+
+        Safe from any thread and from the monitor's loop; it never blocks and
+        never raises on what it is given: the mapping is copied and queued
+        (about half a microsecond), and made into a record on the monitor's
+        loop with the same flattening, coercion and counting as a polled
+        snapshot (keys ``"<name>/<metric>"``; non-numeric values left out and
+        counted in ``values_dropped``; a push that is not a mapping is an
+        error of that push, reported through ``on_error``). While the monitor
+        runs, pushes are made into records within about 20 ms; otherwise at the
+        next ``step()``, ``flush()`` or ``stop()``, each of which writes
+        everything pushed before it. At most ``queue_size`` pushes wait; past
+        that the oldest are dropped and counted in ``log_dropped``.
+
+        Args:
+            name: the record's name, and the namespace of its keys. It must not
+                be the name of a watch (``ConfigError``: two sources would share
+                one chart namespace and, in TensorBoard and wandb, one x-axis).
+            metrics: a mapping of numbers; nested mappings are flattened with
+                ``/``. It is copied, so you may reuse it at once.
+            step: the record's step (an int: TensorBoard's ``global_step``,
+                wandb's and MLflow's step), or ``None`` for the sinks to number
+                the records of ``name`` themselves.
+
+        Raises:
+            ConfigError: ``name`` is the name of a watch.
+
+        Example:
+            >>> import asyncio
+            >>> from monitor_async import Monitor
+            >>> from monitor_async.backends import MemorySink
+            >>> async def main():
+            ...     sink = MemorySink()
+            ...     monitor = Monitor(sink)
+            ...     monitor.log("learner", {"loss": 0.25, "lr": 3e-4}, step=10)
+            ...     await monitor.flush()
+            ...     return [(r.name, r.step, r.metrics) for r in sink.records]
+            >>> asyncio.run(main())
+            [('learner', 10, {'learner/loss': 0.25, 'learner/lr': 0.0003})]
+        """
+        if name not in self._pushed:
+            self._claim_push_name(name)
+        self._pushes.push(name, metrics, step)
+
+    def _claim_push_name(self, name: Any) -> None:
+        try:
+            if name in self._watches or name in self._linked:
+                raise ConfigError(
+                    f"log({name!r}, ...): {name!r} is the name of a watch; push under a name of its own "
+                    "(two sources would share one chart namespace and x-axis)"
+                )
+            if isinstance(name, str) and len(self._pushed) < 65_536:
+                self._pushed.add(name)
+        except TypeError:  # an unhashable name: an error of that push, reported on the loop
+            pass
+
+    def _emit_push(self, record: Record) -> None:
+        self._counters.records += 1
+        for channel in self._channels:
+            channel.put(record)
+
+    def _drain_pushes(self) -> None:
+        dropped = self._pushes.drain(self._emit_push)
+        if dropped:
+            self._counters.values_dropped += dropped
 
     # --------------------------------------------------------------- manual mode
     async def step(self) -> dict[str, dict[str, float]]:
@@ -313,6 +489,7 @@ class Monitor:
         awaited under its watch's timeout. With ``on_error="raise"`` the first
         failure is raised after the others were polled and written.
         """
+        self._drain_pushes()
         poller = self._poller
         logged: dict[str, dict[str, float]] = {}
         pending: list[tuple[Watch, Any]] = []
@@ -350,6 +527,7 @@ class Monitor:
         seconds (hung) is not flushed; its records stay queued, with a
         warning. Every sink is waited for at once.
         """
+        self._drain_pushes()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.stop_timeout
         channels = self._channels
@@ -386,6 +564,7 @@ class Monitor:
             channel.start()
         for watch in self._watches.values():
             self._spawn(watch)
+        self._pushes.attach(self._loop, self._drain_pushes)
         return self
 
     async def stop(self, *, log_final: bool | None = None) -> None:
@@ -401,7 +580,13 @@ class Monitor:
         ``close_sinks=True``, closing the sinks gets another ``stop_timeout``.
         A second call is a no-op, unless the first was cancelled half way: it
         then finishes the job. With ``on_error="raise"`` the first error is
-        raised here unless it was raised already.
+        raised here unless it was raised already. Everything pushed with
+        ``log()`` before the call is written.
+
+        Args:
+            log_final: take a final snapshot of every watch (``True``), of none
+                (``False``), or of those whose ``log_on_close`` holds (``None``,
+                the default).
         """
         async with self._stop_lock_here():
             if self._stopped:
@@ -409,8 +594,12 @@ class Monitor:
                 return
             if not self._finals_taken:
                 await self._cancel_polls()
+                self._pushes.attach(None)
+                self._drain_pushes()  # everything pushed before stop() is written
                 if self._errors.error is None:
                     await self._final_snapshots(log_final)
+                for watch in self._watches.values():
+                    watch.background = False
                 self._finals_taken = True
             await self._drain_and_flush()
             await asyncio.gather(*(channel.halt(GRACE) for channel in self._channels))
@@ -531,6 +720,7 @@ class Monitor:
             "watches": float(len(self._watches)),
             "targets_dead": float(c.targets_dead),
             "targets_died": float(c.targets_died),
+            "log_dropped": float(self._pushes.dropped),
         }
         for channel in self._channels:
             channel.report(out)

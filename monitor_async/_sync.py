@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import atexit
 import concurrent.futures.thread  # noqa: F401 - registers its exit hook before ours (see the end)
+import contextlib
 import functools
 import threading
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from types import TracebackType
 from typing import Any, TypeVar, Unpack
 
@@ -59,6 +60,18 @@ class SyncMonitor:
           ``unwatch()`` and ``flush()`` with :class:`MonitorClosedError`.
         - Calling it from its own loop thread (e.g. from an ``async def
           stats()``) raises ``RuntimeError`` instead of deadlocking.
+        - A background monitor given watches that is never started warns
+          when it is garbage-collected or the interpreter exits.
+
+    Args:
+        sinks: the sinks, as for :class:`Monitor`.
+        background: ``True`` (default): ``start()`` or ``with`` polls in a
+            daemon loop thread. ``False``: nothing polls until ``step()``,
+            which runs in the calling thread.
+        **options: every keyword option of :class:`Monitor`
+            (``poll_interval``, ``on_error``, ``queue_size``, ``max_batch``,
+            ``poll_timeout``, ``close_sinks``, ``stop_timeout``,
+            ``thread_limit``, ``max_values``, ``batch_wait``, ``world``).
 
     Example:
         >>> from monitor_async import SyncMonitor
@@ -85,6 +98,8 @@ class SyncMonitor:
         self._private = PrivateLoop(grace)
         self._grace = grace
         self._closed = False
+        self._used = False  # started or stepped at least once: polling was asked for
+        self._warned = False
         _live.add(self)
 
     # ------------------------------------------------------------------ plumbing
@@ -141,10 +156,53 @@ class SyncMonitor:
             thread.close()
 
     # ----------------------------------------------------------------- public API
-    def watch(self, target: Any, **options: Unpack[WatchOptions]) -> str:
-        """Registers a target (same options as :meth:`Monitor.watch`) and returns its name."""
+    def watch(self, target: Any = None, **options: Unpack[WatchOptions]) -> str:
+        """Registers a target and returns its watch name; the options are :meth:`Monitor.watch`'s.
+
+        Args:
+            target: the object to poll (anything with ``stats()``, a Ray actor
+                handle, a manager proxy), or ``None`` with ``stats_fn=``.
+            **options: ``name``, ``schedule``, ``step``, ``stats_fn``,
+                ``stats_kwargs``, ``rate_keys``, ``log_on_start``,
+                ``log_on_close``, ``poll_interval``, ``timeout``, ``offload``,
+                ``reduce``: see :meth:`Monitor.watch`.
+
+        Raises:
+            MonitorClosedError: the monitor was closed.
+        """
         self._refuse_if_closed("watch")
         return self._call(functools.partial(self.monitor.watch, target, **options))
+
+    def log(self, name: str, metrics: Mapping[str, Any], *, step: int | None = None) -> None:
+        """Pushes values from your own loop, from any thread, without waiting for the monitor's loop.
+
+        The mapping is copied and queued (about half a microsecond on the
+        calling thread); the monitor's loop makes it a record named ``name``
+        and writes it to every sink, like a polled snapshot. Everything pushed
+        before ``stop()``, ``close()`` or the end of a ``with`` block is written
+        by the time it returns. See :meth:`Monitor.log`.
+
+        Args:
+            name: the record's name and key namespace (not a watch's name).
+            metrics: a mapping of numbers (nested mappings flattened with ``/``).
+            step: the record's step, or ``None`` for the sinks to number them.
+
+        Raises:
+            ConfigError: ``name`` is the name of a watch.
+            MonitorClosedError: the monitor was closed.
+
+        Example:
+            >>> from monitor_async import SyncMonitor
+            >>> from monitor_async.backends import MemorySink
+            >>> sink = MemorySink()
+            >>> with SyncMonitor(sink) as monitor:
+            ...     monitor.log("learner", {"loss": 0.5}, step=1)
+            >>> sink.records[0].metrics
+            {'learner/loss': 0.5}
+        """
+        if self._closed:
+            self._refuse_if_closed("log")
+        self.monitor.log(name, metrics, step=step)
 
     def unwatch(self, name: str) -> None:
         """Stops polling the named target."""
@@ -154,6 +212,7 @@ class SyncMonitor:
     def step(self) -> dict[str, dict[str, float]]:
         """Polls every target once, writes what is due, returns ``{watch: metrics}``."""
         self._refuse_if_closed("step")
+        self._used = True
         return self._run(self.monitor.step)
 
     def flush(self) -> None:
@@ -173,6 +232,7 @@ class SyncMonitor:
         """Starts background polling (``background=True``); otherwise only re-arms ``stop()``."""
         self._guard()
         self._refuse_if_closed("start")
+        self._used = True
         if not self.background:
             self.monitor._stopped = False
             return self
@@ -193,6 +253,7 @@ class SyncMonitor:
         self._guard()
         if self._closed:
             return
+        self._used = True
         busy = False
         try:
             self._run(functools.partial(self.monitor.stop, log_final=log_final), self.monitor._stop_bound())
@@ -229,7 +290,27 @@ class SyncMonitor:
     ) -> None:
         self.close()
 
+    def _warn_if_never_started(self) -> None:
+        """A background monitor given watches that never polled: say so once (it is a silent no-op otherwise)."""
+        if self._warned or self._used or self._closed or not self.background:
+            return
+        names = list(self.monitor._watches)
+        if not names:
+            return
+        self._warned = True
+        shown = ", ".join(repr(n) for n in names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        log.warning(
+            "a SyncMonitor watching %s never polled: it was never started. Call monitor.start() "
+            "(and monitor.close() at the end), or use `with SyncMonitor(...) as monitor:`",
+            shown,
+        )
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):  # a finaliser never raises
+            self._warn_if_never_started()
+
     def _stop_at_exit(self) -> None:
+        self._warn_if_never_started()
         thread = self._thread
         if thread is None:
             return
@@ -248,6 +329,15 @@ class LoggerMonitor(SyncMonitor):
     an AgileRL-style logger, a monitor-async sink, or a list of them. A script
     using ``torchrl.record.loggers.monitoring.LoggerMonitor`` switches by
     changing its import.
+
+    Args:
+        logger: a TorchRL or AgileRL logger, a sink, or a list of them.
+        poll_interval: seconds between two polls of a watch (default 1.0).
+        background: poll in a daemon loop thread once started (default), or
+            only at ``step()`` (``False``).
+        on_error: ``"warn"`` (default), ``"ignore"`` or ``"raise"``, as for
+            :class:`Monitor`.
+        **options: any other keyword option of :class:`Monitor`.
 
     Example:
         >>> from monitor_async import LoggerMonitor
