@@ -19,7 +19,20 @@ class Every:
       polls log once; a decrease (reset, restored state) re-baselines the
       schedule and the rates without logging.
 
-    A watch without a schedule logs at every poll.
+    A watch without a schedule logs at every poll. ``Every.seconds(s)`` logs
+    on a grid: the k-th log is due at ``t0 + k * s`` (``t0``: the first poll);
+    a poll at or after the due time logs, and due times missed are skipped,
+    not caught up, so the points are evenly spaced whatever the polls' jitter
+    (TorchRL's rule, ``s`` seconds since the last log, drifts by up to a poll
+    interval per log).
+
+    Args:
+        kind: ``"seconds"`` (wall clock) or ``"counter"`` (a cumulative
+            counter of the snapshot).
+        interval: seconds between logs, or counter units between logs;
+            strictly positive.
+        key: the counter's key in the snapshot (required for ``"counter"``;
+            also the record's default step).
 
     Example:
         >>> Every.counter("frames", 1000)

@@ -44,6 +44,7 @@ class Watch(KeyCache):
     """
 
     __slots__ = (
+        "background",
         "baseline",
         "baseline_time",
         "caller",
@@ -59,6 +60,7 @@ class Watch(KeyCache):
         "log_on_start",
         "max_values",
         "name",
+        "next_log",
         "next_threshold",
         "origin",
         "rate_pairs",
@@ -72,6 +74,7 @@ class Watch(KeyCache):
         "target",
         "timeout",
         "waiter",
+        "warned_key",
     )
 
     def __init__(
@@ -127,6 +130,10 @@ class Watch(KeyCache):
         self.baseline: dict[str, float] = {}
         self.baseline_time: float | None = None
         self.next_threshold: float | None = None
+        self.next_log: float | None = None  # Every.seconds: the next time on its grid
+        self.warned_key = False
+        # polled by a background task: rates over less than half the interval are left out
+        self.background = False
         self.last_counter: float | None = None
         self.last_log_time: float | None = None
         self.has_logged = False
@@ -169,6 +176,12 @@ class Watch(KeyCache):
             counter = metrics.get(self.step_key)
             if counter is not None:
                 step = int(counter)
+        if since is not None and now - since < 0.5 * self.interval and (force or self.background):
+            # a rate over a sliver of time (the final snapshot right after the last poll) is noise:
+            # left out, and the baseline kept, so the next rate spans the whole time since it
+            self.last_log_time = now
+            self.has_logged = True
+            return new_record(self.name, step, _time(), metrics, self.source), dropped
         if since is None or now <= since or self.rates_overlap:
             counters = self._counters(metrics)
             if since is not None and now > since:
@@ -237,20 +250,29 @@ class Watch(KeyCache):
         schedule = self.schedule
         if first and not self.has_logged:
             if self.log_on_start:
-                self._prime(values)
+                self._prime(values, now)
                 return True
             if schedule is None:
                 return False
         if schedule is None:
             return True
         if schedule.kind == "seconds":
-            reference = self.last_log_time if self.last_log_time is not None else self.baseline_time
-            return reference is not None and now - reference >= schedule.interval
+            # on a grid: the k-th log is due at t0 + k * interval; due times missed are skipped
+            due = self.next_log
+            if due is None:  # the first poll of a watch that does not log at start: t0
+                self.next_log = now + schedule.interval
+                return False
+            if now < due:
+                return False
+            self.next_log = due + ((now - due) // schedule.interval + 1) * schedule.interval
+            return True
         counter = values.get(self.counter_key)  # type: ignore[arg-type]
         if counter is None:
+            if not self.warned_key:
+                self._warn_key(values)
             return False
         if self.next_threshold is None:
-            self._prime(values)
+            self._prime(values, now)
             return False
         if self.last_counter is not None and counter < self.last_counter:
             # reset or restored state: re-baseline counters and clock, no log
@@ -265,12 +287,31 @@ class Watch(KeyCache):
             return True
         return False
 
-    def _prime(self, values: Mapping[str, float]) -> None:
+    def _prime(self, values: Mapping[str, float], now: float) -> None:
         schedule = self.schedule
-        if schedule is not None and schedule.kind == "counter":
-            counter = values.get(self.counter_key)  # type: ignore[arg-type]
-            if counter is not None:
-                self.next_threshold = (counter // schedule.interval + 1) * schedule.interval
-                self.last_counter = counter
+        if schedule is None:
+            return
+        if schedule.kind == "seconds":
+            self.next_log = now + schedule.interval
+            return
+        counter = values.get(self.counter_key)  # type: ignore[arg-type]
+        if counter is not None:
+            self.next_threshold = (counter // schedule.interval + 1) * schedule.interval
+            self.last_counter = counter
+        elif not self.warned_key:
+            self._warn_key(values)
+
+    def _warn_key(self, values: Mapping[str, float]) -> None:
+        """Once per watch: the counter schedule's key is not in the snapshot (a typo, most likely)."""
+        self.warned_key = True
+        prefix = len(self.prefix)
+        keys = sorted(key[prefix:] for key in values)
+        shown = ", ".join(repr(k) for k in keys[:20]) + (f" and {len(keys) - 20} more" if len(keys) > 20 else "")
+        assert self.schedule is not None
+        log.warning(
+            "watch %r: the counter key %r of its schedule Every.counter(%r, %g) is not in its snapshot, "
+            "so it logs only at start and stop; the snapshot's keys are %s (reported once per watch)",
+            self.name, self.schedule.key, self.schedule.key, self.schedule.interval, shown or "none",
+        )
 
 
