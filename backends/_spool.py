@@ -65,7 +65,8 @@ def _encode(destination: str | None, records: Sequence[Record]) -> bytes:
         "destination": destination,
         "records": [{name: getattr(r, name) for name in _FIELDS} for r in records],
     }
-    return json.dumps(body, separators=(",", ":")).encode()
+    # Record.source is a read-only mapping: spooled as a plain object, made a Source again on replay
+    return json.dumps(body, separators=(",", ":"), default=dict).encode()
 
 
 class Spool:
