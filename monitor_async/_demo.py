@@ -152,7 +152,7 @@ class Learner:
 class DemoSystem:
     """The simulated RL system the demo monitors: a collector thread, its replay buffer, a learner, a server.
 
-    Example:
+    Examples:
         >>> import asyncio
         >>> from monitor_async.backends import MemorySink
         >>> async def main():

@@ -21,7 +21,7 @@ def describe(exc: BaseException) -> str:
     error whose ``__repr__`` raises is described by its class name and
     ``str``, or by its class name alone, so reporting a failure never fails.
 
-    Example:
+    Examples:
         >>> class Odd(Exception):
         ...     def __repr__(self):
         ...         raise RuntimeError

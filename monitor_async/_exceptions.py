@@ -21,7 +21,7 @@ existed, so ``except ValueError`` / ``except RuntimeError`` keep working::
 Errors raised *by user code* (a target's ``stats()``, a sink's ``write``)
 reach ``on_error="raise"`` callers as they were raised, not wrapped.
 
-Example:
+Examples:
     >>> from monitor_async import Monitor, MonitorError
     >>> try:
     ...     Monitor(poll_interval=0)
@@ -120,7 +120,7 @@ class DeliveryError(SinkError):
             came back (a read timeout, a reset connection): sending it again may
             make a duplicate.
 
-    Example:
+    Examples:
         >>> from monitor_async import DeliveryError
         >>> DeliveryError("busy", status=503, retry_after=2.0).retryable
         True

@@ -56,7 +56,7 @@ def write_wide(records: Iterable[Record], out: TextIO) -> int:
     Returns:
         How many rows were written (the header not counted).
 
-    Example:
+    Examples:
         >>> import io
         >>> out = io.StringIO()
         >>> write_wide([Record("rb", 1, 0.5, {"rb/size": 3.0}), Record("rb", 2, 1.5, {"rb/size": 4.0}),

@@ -48,7 +48,7 @@ def is_dead(exc: BaseException) -> bool:
     Returns:
         ``True`` for a dead target.
 
-    Example:
+    Examples:
         >>> is_dead(ConnectionRefusedError()), is_dead(ValueError())
         (True, False)
     """

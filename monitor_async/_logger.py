@@ -154,7 +154,7 @@ class LoggerSink(ThreadedSink):
         SinkTypeError: ``logger`` is a class, a file or stream, a path, or
             has none of the methods above.
 
-    Example:
+    Examples:
         >>> class PrintLogger:
         ...     def log_metrics(self, metrics, step=None):
         ...         print(step, metrics)

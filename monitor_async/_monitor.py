@@ -149,7 +149,7 @@ class Monitor:
         ConfigError: an option is out of range (the message names it).
         SinkTypeError: something given as a sink is neither a sink nor a logger.
 
-    Example:
+    Examples:
         >>> import asyncio
         >>> from monitor_async import Monitor
         >>> from monitor_async.backends import MemorySink
@@ -315,7 +315,7 @@ class Monitor:
             WatchTypeError: there is nothing to call (no ``stats()``, no
                 ``stats_fn``).
 
-        Example:
+        Examples:
             >>> import asyncio
             >>> from monitor_async import Every, Monitor
             >>> async def main():
@@ -440,7 +440,7 @@ class Monitor:
         Raises:
             ConfigError: ``name`` is the name of a watch.
 
-        Example:
+        Examples:
             >>> import asyncio
             >>> from monitor_async import Monitor
             >>> from monitor_async.backends import MemorySink

@@ -71,7 +71,7 @@ def panels(run: Run, *, constant: bool = False) -> tuple[list[Panel], list[str]]
     Returns:
         ``(panels, left_out)`` where ``left_out`` holds ``"<watch>/<metric>=value"``.
 
-    Example:
+    Examples:
         >>> from pathlib import Path
         >>> from monitor_async import Record
         >>> records = [Record("rb", 1, 0.0, {"rb/size": 1.0, "rb/cap": 9.0}),
@@ -203,7 +203,7 @@ def plot_run(run: Run, out: str | os.PathLike[str], *, constant: bool = False, d
         ImportError: matplotlib is not installed (the message says how to install it).
         ValueError: the run holds no records.
 
-    Example:
+    Examples:
         >>> import tempfile
         >>> from pathlib import Path
         >>> from monitor_async import Record

@@ -30,7 +30,7 @@ class Record:
             ``host``, ``pid`` and Ray ``node`` id. A plain mapping given here
             is made read-only.
 
-    Example:
+    Examples:
         >>> r = Record(name="rb", step=3, time=0.0, metrics={"rb/size": 3.0})
         >>> r.metrics["rb/size"], dict(r.source)
         (3.0, {})
@@ -57,7 +57,7 @@ class Record:
         Returns:
             A new record sharing this one's metrics dict.
 
-        Example:
+        Examples:
             >>> Record("rb", None, 0.0, {}, {"rank": 1}).with_source({"pid": 7}).source
             Source({'rank': 1, 'pid': 7})
         """
@@ -83,7 +83,7 @@ def new_record(
     picklable). ``source`` must already be a
     :class:`~monitor_async.distributed.Source`.
 
-    Example:
+    Examples:
         >>> new_record("rb", 3, 0.0, {"rb/size": 3.0}) == Record("rb", 3, 0.0, {"rb/size": 3.0})
         True
     """

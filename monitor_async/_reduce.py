@@ -43,7 +43,7 @@ def reduce_values(values: Sequence[float], how: str) -> float:
     Returns:
         The reduced value.
 
-    Example:
+    Examples:
         >>> reduce_values([1.0, 2.0, 3.0, 10.0], "mean"), reduce_values([1.0, 2.0, 3.0, 10.0], "p50")
         (4.0, 2.5)
     """
@@ -84,7 +84,7 @@ class Reduce:
     Raises:
         ConfigError: for an unknown reduction, an empty mapping, a bad ``stale`` or ``via``.
 
-    Example:
+    Examples:
         >>> Reduce({"loss": "mean", "step_time": ["max", "p90"]}).metrics()
         [('loss', 'mean', 'loss'), ('step_time', 'max', 'step_time/max'), ('step_time', 'p90', 'step_time/p90')]
     """

@@ -64,7 +64,7 @@ def find_run_files(path: str | os.PathLike[str]) -> tuple[str, list[Path]]:
             message names the path, what was looked for, and the folders
             below it that hold runs, if any.
 
-    Example:
+    Examples:
         >>> import tempfile, pathlib
         >>> run = pathlib.Path(tempfile.mkdtemp())
         >>> _ = (run / "metrics.csv").write_text("time,name,step,metric,value\\n")
@@ -146,7 +146,7 @@ class Follower:
         path: the file.
         kind: ``"jsonl"`` or ``"csv"``.
 
-    Example:
+    Examples:
         >>> import tempfile, pathlib
         >>> path = pathlib.Path(tempfile.mkdtemp()) / "metrics.jsonl"
         >>> _ = path.write_text('{"time":1.0,"name":"rb","step":null,"metrics":{"rb/size":3.0}}\\n{"time":2.0,"na')
@@ -329,7 +329,7 @@ def load_run(path: str | os.PathLike[str]) -> Run:
     Raises:
         RunNotFoundError: no run at ``path`` (see :func:`find_run_files`).
 
-    Example:
+    Examples:
         >>> import tempfile, pathlib
         >>> run = pathlib.Path(tempfile.mkdtemp())
         >>> _ = (run / "metrics.csv").write_text(

@@ -34,7 +34,7 @@ class Every:
         key: the counter's key in the snapshot (required for ``"counter"``;
             also the record's default step).
 
-    Example:
+    Examples:
         >>> Every.counter("frames", 1000)
         Every(kind='counter', interval=1000, key='frames')
         >>> Every(kind="weekly", interval=1)

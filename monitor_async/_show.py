@@ -21,7 +21,7 @@ def duration(seconds: float) -> str:
     Returns:
         The text.
 
-    Example:
+    Examples:
         >>> [duration(s) for s in (2.04, 245, 3 * 3600 + 150)]
         ['2.0 s', '4m 05s', '3h 02m']
     """
@@ -78,7 +78,7 @@ def describe(run: Run) -> list[str]:
     Returns:
         The lines, without line breaks.
 
-    Example:
+    Examples:
         >>> from pathlib import Path
         >>> records = [Record("rb", 10, 0.0, {"rb/frames": 10.0}),
         ...            Record("rb", 30, 2.0, {"rb/frames": 30.0, "rb/frames_per_second": 10.0})]

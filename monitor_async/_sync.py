@@ -73,7 +73,7 @@ class SyncMonitor:
             ``poll_timeout``, ``close_sinks``, ``stop_timeout``,
             ``thread_limit``, ``max_values``, ``batch_wait``, ``world``).
 
-    Example:
+    Examples:
         >>> from monitor_async import SyncMonitor
         >>> from monitor_async.backends import MemorySink
         >>> class Buffer:
@@ -191,7 +191,7 @@ class SyncMonitor:
             ConfigError: ``name`` is the name of a watch.
             MonitorClosedError: the monitor was closed.
 
-        Example:
+        Examples:
             >>> from monitor_async import SyncMonitor
             >>> from monitor_async.backends import MemorySink
             >>> sink = MemorySink()
@@ -339,7 +339,7 @@ class LoggerMonitor(SyncMonitor):
             :class:`Monitor`.
         **options: any other keyword option of :class:`Monitor`.
 
-    Example:
+    Examples:
         >>> from monitor_async import LoggerMonitor
         >>> class PrintLogger:
         ...     def log_metrics(self, metrics, step=None):

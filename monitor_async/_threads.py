@@ -74,7 +74,7 @@ class WorkerPool:
           (none of them means anything to the loop that awaits it); the worker
           thread carries on.
 
-    Example:
+    Examples:
         >>> pool = WorkerPool(2, "example")
         >>> pool.submit(lambda: 6 * 7).result(timeout=5)
         42

@@ -14,7 +14,7 @@ and the provenance every :class:`~monitor_async.Record` carries in ``source``.
 Nothing here ever waits for another rank: there is no collective anywhere in
 monitor-async.
 
-Example:
+Examples:
     >>> from monitor_async.distributed import World, world
     >>> world(environ={"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1"}).rank
     3
@@ -80,7 +80,7 @@ class World:
     Raises:
         ConfigError: when ``world_size < 1`` or ``rank`` is not in ``[0, world_size)``.
 
-    Example:
+    Examples:
         >>> w = World(rank=1, world_size=4)
         >>> w.main, w.local_rank, w.found
         (False, 1, 'given')
@@ -149,7 +149,7 @@ def world(*, environ: Mapping[str, str] | None = None) -> World:
         A :class:`World`. Variables that are missing or not integers are
         skipped; a launcher whose rank is out of range is skipped too.
 
-    Example:
+    Examples:
         >>> w = world(environ={"SLURM_PROCID": "2", "SLURM_NTASKS": "4", "SLURM_LOCALID": "0"})
         >>> (w.rank, w.world_size, w.local_rank, w.found)
         (2, 4, 0, 'slurm')
@@ -182,7 +182,7 @@ class Source(Mapping[str, Any]):
     Args:
         items: the fields (str keys; values int, float, str or bool).
 
-    Example:
+    Examples:
         >>> s = Source({"rank": 1})
         >>> s["rank"], dict(s), s == {"rank": 1}
         (1, {'rank': 1}, True)
@@ -253,7 +253,7 @@ def source_text(source: Mapping[str, Any]) -> str:
     Returns:
         The text, e.g. ``"rank=1"`` or ``"host=n1;pid=42"``.
 
-    Example:
+    Examples:
         >>> source_text({"rank": 1, "host": "n1"})
         'rank=1;host=n1'
     """
@@ -275,7 +275,7 @@ def check_ranks(ranks: object, owner: str) -> Ranks:
     Raises:
         ConfigError: naming ``owner`` for anything else.
 
-    Example:
+    Examples:
         >>> check_ranks("main", "TensorBoardSink")
         'main'
     """
@@ -294,7 +294,7 @@ def serves(sink: object, w: World) -> bool:
     Returns:
         ``False`` only for a main-rank sink away from rank 0.
 
-    Example:
+    Examples:
         >>> class S: ranks = "main"
         >>> serves(S(), World(rank=1, world_size=2)), serves(S(), World())
         (False, True)
@@ -312,7 +312,7 @@ def for_rank(sinks: Any, w: World) -> Any:
     Returns:
         ``sinks`` itself when all are kept, else the list of those kept.
 
-    Example:
+    Examples:
         >>> class S: ranks = "main"
         >>> for_rank([S()], World(rank=1, world_size=2))
         []
@@ -334,7 +334,7 @@ def rank_path(path: str | os.PathLike[str], w: World | None = None) -> str:
     Returns:
         The path as a string.
 
-    Example:
+    Examples:
         >>> rank_path("runs/rank{rank}/m.csv", World(rank=2, world_size=4))
         'runs/rank2/m.csv'
     """
@@ -353,7 +353,7 @@ def many_sources() -> bool:
     Returns:
         What :class:`~monitor_async.backends.CSVSink` uses to add its ``source`` column.
 
-    Example:
+    Examples:
         >>> many_sources() in (True, False)
         True
     """
@@ -381,7 +381,7 @@ def keep_apart(log_dir: str | os.PathLike[str], ranks: str, w: World | None = No
         ``log_dir`` itself on a job of one rank, with ``ranks="main"``, or
         when it holds ``{rank}`` (then replaced); else ``log_dir/rank<r>``.
 
-    Example:
+    Examples:
         >>> keep_apart("runs/tb", "all", World(rank=2, world_size=4))
         'runs/tb/rank2'
         >>> keep_apart("runs/tb", "main", World(rank=0, world_size=4))

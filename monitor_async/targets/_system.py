@@ -53,7 +53,7 @@ class SystemStats:
         - ``cpu/percent`` uses psutil's process-wide reference point, so two
           SystemStats in one process see shorter intervals (values stay valid).
 
-    Example:
+    Examples:
         >>> import asyncio
         >>> from monitor_async import Monitor
         >>> from monitor_async.backends import MemorySink
