@@ -13,13 +13,28 @@ import asyncio
 import contextlib
 from typing import TYPE_CHECKING, Any
 
-from ._callers import InlineCaller
-
 if TYPE_CHECKING:
     from ._poll import Counters, Poller
     from ._watch import Watch
 
-__all__ = ["OWN", "Ticks", "next_due", "poll_forever"]
+__all__ = ["OWN", "Ticks", "TimerSlot", "next_due", "poll_forever"]
+
+
+class TimerSlot:
+    """Where one watch stands in background polling (kept by its task and the loop's :class:`Ticks`).
+
+    The k-th slot is ``origin + k * interval``; ``slot`` is k, ``due`` the
+    time booked with the timers, ``waiter`` the future the watch's task
+    waits on while the timers poll it.
+    """
+
+    __slots__ = ("due", "origin", "slot", "waiter")
+
+    def __init__(self) -> None:
+        self.origin = 0.0
+        self.slot = 0
+        self.due = 0.0
+        self.waiter: asyncio.Future[Any] | None = None
 
 
 class Ticks:
@@ -110,14 +125,14 @@ class Ticks:
         needed again: with the awaitable a ``stats()`` call returned, or with
         :data:`OWN` when the task is to poll the watch itself.
         """
-        waiter = watch.waiter
+        waiter = watch.timer.waiter
         if waiter is None or waiter.done():
-            waiter = watch.waiter = self.loop.create_future()
+            waiter = watch.timer.waiter = self.loop.create_future()
         self._book(watch, when)
         return waiter
 
     def _book(self, watch: Watch, when: float) -> None:
-        watch.due = when
+        watch.timer.due = when
         due = self.carried.get(when)
         if due is None:
             self._timer(when)
@@ -126,7 +141,7 @@ class Ticks:
 
     def discard(self, watch: Watch) -> None:
         """Takes a carried watch off its next slot (its task was cancelled)."""
-        due = self.carried.get(watch.due)
+        due = self.carried.get(watch.timer.due)
         if due is not None:
             with contextlib.suppress(ValueError):
                 due.remove(watch)
@@ -146,11 +161,11 @@ class Ticks:
         counters = poller.counters
         clock = self.loop.time
         for watch in due:
-            waiter = watch.waiter
+            waiter = watch.timer.waiter
             if waiter is None or waiter.done():  # its task was cancelled: unwatch(), stop(), on_error="raise"
                 continue
             try:
-                if type(watch.caller) is not InlineCaller:  # moved to a thread: its task polls it now
+                if not watch.caller.inline:  # moved to a thread: its task polls it now
                     waiter.set_result(OWN)
                     continue
                 pending = answer(watch)
@@ -175,14 +190,15 @@ def next_due(watch: Watch, now: float, counters: Counters) -> float:
     watches with the same origin and interval share their due times exactly).
     """
     interval = watch.interval
-    slot = watch.slot + 1
-    due = watch.origin + slot * interval
+    timer = watch.timer
+    slot = timer.slot + 1
+    due = timer.origin + slot * interval
     if now > due:
         missed = int((now - due) // interval) + 1
         counters.polls_missed += missed
         slot += missed
-        due = watch.origin + slot * interval
-    watch.slot = slot
+        due = timer.origin + slot * interval
+    timer.slot = slot
     return due
 
 
@@ -198,8 +214,8 @@ async def poll_forever(poller: Poller, watch: Watch) -> None:
     if ticks is None or ticks.loop is not loop:
         ticks = poller.ticks = Ticks(loop, poller)
     task = asyncio.current_task()
-    due = watch.origin = ticks.origin(watch.interval)
-    watch.slot = 0
+    due = watch.timer.origin = ticks.origin(watch.interval)
+    watch.timer.slot = 0
     counters = poller.counters
     # poller.answer(...), not a bound method kept in a local: with 10,000 suspended tasks,
     # every object a task's frame holds is one more for each full garbage collection to walk;
@@ -212,7 +228,7 @@ async def poll_forever(poller: Poller, watch: Watch) -> None:
                 await poller.complete(watch, pending)
             due = next_due(watch, loop.time(), counters)
         polled = True
-        if pending is None and type(watch.caller) is InlineCaller:
+        if pending is None and watch.caller.inline:
             # carried: polled in the timer's callback from now on; back here when an answer
             # must be awaited (the tick hands it over) or the watch moved to a thread (OWN)
             waiter = ticks.carry(watch, due)

@@ -78,6 +78,8 @@ class Caller:
     """
 
     mode: str = ""
+    inline = False
+    """Whether ``call()`` runs ``stats()`` right here, on the event loop (the timers may then poll it in their callback)."""
     wants_thread = False
     owner: Any = None
 
@@ -108,6 +110,7 @@ class InlineCaller(Caller):
     """
 
     mode = "inline"
+    inline = True
 
     def __init__(self, fn: Callable[[], Any], *, auto: bool) -> None:
         # a bound method (``target.stats``) is kept as its function and its object: the method

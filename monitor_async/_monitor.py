@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import inspect
 import math
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -15,7 +14,7 @@ from ._callers import OFFLOADS, Offload, make_caller
 from ._channel import channels_for
 from ._errors import ON_ERROR, ErrorPolicy, OnError, log
 from ._exceptions import ConfigError, WatchTypeError
-from ._poll import GRACE, SKIPPED, Counters, Poller
+from ._poll import GRACE, Counters, Poller
 from ._push import Pushes
 from ._queue import wait_for_waiter
 from ._record import Record
@@ -494,15 +493,13 @@ class Monitor:
         logged: dict[str, dict[str, float]] = {}
         pending: list[tuple[Watch, Any]] = []
         for watch in list(self._watches.values()):
-            raw = poller.begin(watch)
-            if raw is SKIPPED:
+            result = poller.poll_once(watch)
+            if result is None:
                 continue
-            if type(raw) is not dict and inspect.isawaitable(raw):
-                pending.append((watch, raw))
-                continue
-            record = poller.finish(watch, raw)
-            if record is not None:
-                logged[watch.name] = record.metrics
+            if type(result) is Record:
+                logged[watch.name] = result.metrics
+            else:  # an awaitable answer: awaited below, all at once
+                pending.append((watch, result))
         if pending:
             for record in await poller.complete_all(pending):
                 if record is not None:

@@ -120,15 +120,25 @@ class Poller:
             PollTimeoutError(f"stats() of watch {watch.name!r} timed out after {watch.timeout:g}s"),
         )
 
-    def answer(self, watch: Watch) -> Awaitable[Any] | None:
-        """One background poll: a plain answer is finished here (``None``), an awaitable one is returned."""
+    def poll_once(self, watch: Watch, force: bool = False) -> Any:
+        """One poll of ``watch``, the one path every poll takes (``step()``, the timers, the final snapshots).
+
+        Calls ``stats()``; a plain answer is finished here and its
+        :class:`Record` returned (``None`` when it was not due or the poll
+        failed); an awaitable answer is returned as is, for :meth:`complete`
+        to await under the watch's timeout.
+        """
         raw = self.begin(watch)
         if raw is SKIPPED:
             return None
         if type(raw) is not dict and inspect.isawaitable(raw):
             return raw
-        self.finish(watch, raw)
-        return None
+        return self.finish(watch, raw, force)
+
+    def answer(self, watch: Watch) -> Awaitable[Any] | None:
+        """One background poll: ``None`` when it is done, else the awaitable answer to complete."""
+        result = self.poll_once(watch)
+        return None if result is None or type(result) is Record else result
 
     async def complete(self, watch: Watch, pending: Awaitable[Any], force: bool = False) -> Record | None:
         """Awaits an awaitable ``stats()`` result under the watch's timeout, then finishes the poll."""
@@ -237,9 +247,8 @@ class Poller:
         return records
 
     async def poll(self, watch: Watch, force: bool = False) -> Record | None:
-        raw = self.begin(watch)
-        if raw is SKIPPED:
-            return None
-        if type(raw) is not dict and inspect.isawaitable(raw):
-            return await self.complete(watch, raw, force)
-        return self.finish(watch, raw, force)
+        """One poll of ``watch``, its awaitable answer awaited: the record, or ``None``."""
+        result = self.poll_once(watch, force)
+        if result is None or type(result) is Record:
+            return result
+        return await self.complete(watch, result, force)

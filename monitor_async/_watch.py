@@ -8,12 +8,12 @@ decrease re-baselines without logging and never yields a negative rate.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping
 from time import monotonic as _monotonic
 from time import time as _time
 from typing import Any
 
+from ._cadence import TimerSlot
 from ._callers import Caller
 from ._errors import log
 from ._record import Record, new_record
@@ -33,11 +33,13 @@ DEFAULT_RATE_NAMES: dict[str, str] = {
 }
 
 
-class Watch(KeyCache):
+class Watch:
     """Bookkeeping for one target; :meth:`snapshot` is the per-poll hot path.
 
-    Values are namespaced as they are read (``"<name>/<key>"``), so the dict
-    built by one poll is the record's ``metrics`` as is. The rate and
+    Values are namespaced as they are read (``"<name>/<key>"``, through the
+    watch's :class:`KeyCache` ``keys``), so the dict built by one poll is the
+    record's ``metrics`` as is. Where the watch stands in background polling
+    is its :class:`~monitor_async._cadence.TimerSlot` ``timer``. The rate and
     schedule keys are namespaced once here; the baseline keeps only the
     counters rates are derived from, in a small dict of its own, so a sink or
     a caller of ``step()`` changing a record's metrics cannot change a rate.
@@ -50,10 +52,10 @@ class Watch(KeyCache):
         "caller",
         "capped",
         "counter_key",
-        "due",
         "failing",
         "has_logged",
         "interval",
+        "keys",
         "last_counter",
         "last_log_time",
         "log_on_close",
@@ -62,18 +64,16 @@ class Watch(KeyCache):
         "name",
         "next_log",
         "next_threshold",
-        "origin",
         "rate_pairs",
         "rates_live",
         "rates_overlap",
         "rates_seen",
         "schedule",
-        "slot",
         "source",
         "step_key",
         "target",
         "timeout",
-        "waiter",
+        "timer",
         "warned_key",
     )
 
@@ -103,11 +103,9 @@ class Watch(KeyCache):
         self.interval = interval
         self.timeout = timeout
         self.max_values = max_values
-        # the snapshot keys seen so far (room for them all: a snapshot of known keys never clears it);
-        # a watch is its own key cache: with 10,000 watches, one object less each for a full
-        # garbage collection to walk
+        # the snapshot keys seen so far (room for them all: a snapshot of known keys never clears it)
         prefix = name + "/"
-        KeyCache.__init__(self, prefix, 2 * max_values + 64)
+        self.keys = KeyCache(prefix, 2 * max_values + 64)
         names = (
             DEFAULT_RATE_NAMES
             if rate_keys is None
@@ -139,12 +137,7 @@ class Watch(KeyCache):
         self.has_logged = False
         self.failing = False
         self.capped = False
-        # background polling's place in time, kept by the poll task and the loop's Ticks: the k-th
-        # slot is origin + k * interval; ``due`` is the booked one and ``waiter`` the task's wait
-        self.origin = 0.0
-        self.slot = 0
-        self.due = 0.0
-        self.waiter: asyncio.Future[Any] | None = None
+        self.timer = TimerSlot()
         # a thread-offloaded stats() is flattened on its worker thread (see prepare)
         caller.owner = self
 
@@ -158,9 +151,9 @@ class Watch(KeyCache):
         # target's result comes flattened already (see prepare)
         if type(raw) is dict:
             metrics: dict[str, float] = {}
-            dropped = flatten(raw.copy(), metrics, self.max_values, self, raw)
+            dropped = flatten(raw.copy(), metrics, self.max_values, self.keys, raw)
         else:
-            metrics, dropped = read(raw, self.max_values, self)
+            metrics, dropped = read(raw, self.max_values, self.keys)
         if dropped and not self.capped and len(metrics) >= self.max_values:
             self._warn_capped()
         now = _monotonic()
@@ -191,7 +184,7 @@ class Watch(KeyCache):
             counters = {}
             elapsed = now - since
             baseline = self.baseline
-            if self.added != self.rates_seen:
+            if self.keys.added != self.rates_seen:
                 self._find_rates()
             for key, rate in self.rates_live:
                 current = metrics.get(key)
@@ -215,12 +208,12 @@ class Watch(KeyCache):
         used by two threads at once.
         """
         if type(raw) is dict or isinstance(raw, Mapping):
-            return Flattened(*read(raw, self.max_values, self))
+            return Flattened(*read(raw, self.max_values, self.keys))
         return raw
 
     def _find_rates(self) -> None:
-        added = self.added  # read first: a key added meanwhile makes the next snapshot look again
-        seen = set(self.names.values())
+        added = self.keys.added  # read first: a key added meanwhile makes the next snapshot look again
+        seen = set(self.keys.names.values())
         self.rates_live = tuple(pair for pair in self.rate_pairs if pair[0] in seen)
         self.rates_seen = added
 
@@ -304,7 +297,7 @@ class Watch(KeyCache):
     def _warn_key(self, values: Mapping[str, float]) -> None:
         """Once per watch: the counter schedule's key is not in the snapshot (a typo, most likely)."""
         self.warned_key = True
-        prefix = len(self.prefix)
+        prefix = len(self.keys.prefix)
         keys = sorted(key[prefix:] for key in values)
         shown = ", ".join(repr(k) for k in keys[:20]) + (f" and {len(keys) - 20} more" if len(keys) > 20 else "")
         assert self.schedule is not None
