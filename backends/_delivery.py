@@ -194,7 +194,7 @@ def classify(exc: BaseException) -> Failure:
     """
     for inner in _chain(exc):
         if isinstance(inner, DeliveryError):
-            return Failure(inner.retryable, inner.sent, inner.status, inner.retry_after, str(inner))
+            return Failure(inner.retryable, inner.sent, inner.status, inner.retry_after, text_of(inner))
     for inner in _chain(exc):
         failure = _http_failure(inner)
         if failure is not None:
@@ -210,7 +210,15 @@ def classify(exc: BaseException) -> Failure:
     for inner in causes:
         if isinstance(inner, (TimeoutError, ConnectionError)) or _names(inner) & _MAYBE_SENT:
             return Failure(True, True, None, None, f"no reply: {_reason(causes)}")
-    return Failure(False, False, None, None, _one_line(f"{type(exc).__name__}: {exc}"))
+    return Failure(False, False, None, None, _one_line(f"{type(exc).__name__}: {text_of(exc)}"))
+
+
+def text_of(exc: BaseException) -> str:
+    """``str(exc)``, or a stand-in when even that raises: reporting an error must never fail."""
+    try:
+        return str(exc)
+    except Exception:  # noqa: BLE001 - an exception whose __str__ raises
+        return "(its message could not be read)"
 
 
 _ERRNO = re.compile(r"\[Errno -?\d+\] [^\"'()\]\[]+")
@@ -222,7 +230,7 @@ def _reason(causes: list[BaseException]) -> str:
         if isinstance(inner, OSError) and inner.errno is not None and inner.strerror:
             return f"[Errno {inner.errno}] {inner.strerror}"
     for inner in causes:
-        found = _ERRNO.search(str(inner))
+        found = _ERRNO.search(text_of(inner))
         if found:
             return found.group(0).strip()
     for inner in causes:

@@ -12,7 +12,7 @@ from typing import Any
 from monitor_async import ConfigError, Record
 from monitor_async.distributed import Ranks, Source, check_ranks
 
-from ._delivery import Failure
+from ._delivery import Failure, text_of
 from ._resilient import ResilientSink
 
 try:
@@ -314,5 +314,5 @@ class RaySink(ResilientSink):
 
 
 def _last_line(exc: BaseException) -> str:
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return lines[-1] if lines else repr(exc)
+    lines = [line.strip() for line in text_of(exc).splitlines() if line.strip()]
+    return lines[-1] if lines else type(exc).__name__

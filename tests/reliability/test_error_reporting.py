@@ -152,3 +152,12 @@ async def test_a_sink_error_that_cannot_be_printed_is_counted_and_the_writer_kee
     assert stats["sink/unprintable/errors"] == 2
     warnings = [w for w in monitor_warnings(caplog) if "'unprintable'" in w]
     assert len(warnings) == 1 and "Unprintable" in warnings[0]
+
+
+def test_a_network_sink_classifies_an_error_that_cannot_be_printed() -> None:
+    """The resilient delivery reads an error to decide whether to retry it: an unprintable one is not retried."""
+    from monitor_async.backends import classify
+
+    failure = classify(Unprintable())
+    assert not failure.retry
+    assert "Unprintable" in failure.message
