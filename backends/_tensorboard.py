@@ -131,7 +131,9 @@ class TensorBoardSink(ThreadedSink):
         from tensorboardX.proto.summary_pb2 import Summary
         from tensorboardX.record_writer import directory_check
 
-        suffix = f".{os.getpid()}.{next(_files)}{self.filename_suffix}"
+        # zero-padded: TensorBoard reads a folder's files in name order, and sinks opened in the
+        # same second must sort as they were opened (".10" would sort before ".9")
+        suffix = f".{os.getpid()}.{next(_files):06d}{self.filename_suffix}"
         try:
             directory_check(self.log_dir)
             self._events = EventsWriter(os.path.join(self.log_dir, "events"), suffix)

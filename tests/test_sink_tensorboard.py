@@ -86,12 +86,14 @@ async def test_writing_after_close_raises(tmp_path: Path) -> None:
     assert scalars(tmp_path)["t/x"] == [(3, 1.0, 1.0)]
 
 
-async def test_sinks_reopened_on_one_folder_keep_every_event(tmp_path: Path) -> None:
-    for step in range(3):
+async def test_sinks_reopened_on_one_folder_keep_every_event_in_order(tmp_path: Path) -> None:
+    # twelve reopenings, most in one second: TensorBoard reads the files in name order, which must
+    # be the order they were opened in (the tenth file must not sort before the second)
+    for step in range(12):
         async with TensorBoardSink(tmp_path) as sink:
             await sink.write([Record(name="t", step=step, time=float(step + 1), metrics={"t/x": float(step)})])
-    assert sum(f.startswith("events.out.tfevents.") for f in os.listdir(tmp_path)) == 3
-    assert [(s, v) for s, v, _ in scalars(tmp_path)["t/x"]] == [(0, 0.0), (1, 1.0), (2, 2.0)]
+    assert sum(f.startswith("events.out.tfevents.") for f in os.listdir(tmp_path)) == 12
+    assert [(s, v) for s, v, _ in scalars(tmp_path)["t/x"]] == [(s, float(s)) for s in range(12)]
 
 
 def test_bad_options_are_rejected_at_construction() -> None:
