@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import re
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -111,8 +116,18 @@ def test_bad_reductions_are_refused_naming_the_watch() -> None:
         monitor.watch(Worker(0, 0), name="learner", reduce={})
     with pytest.raises(ConfigError, match="stale must be"):
         Reduce({"loss": "mean"}, stale=0)
-    with pytest.raises(ConfigError, match=r"needs torch\.distributed"):
-        Monitor(world=World(rank=0, world_size=2)).watch(Worker(0, 0), name="x", reduce={"loss": "mean"})
+    # in a fresh interpreter: this one may run Ray for other tests, and Ray would carry the reduction
+    code = (
+        "from monitor_async import ConfigError, Monitor\n"
+        "from monitor_async.distributed import World\n"
+        "class T:\n    def stats(self):\n        return {'loss': 1.0}\n"
+        "try:\n"
+        "    Monitor(world=World(rank=0, world_size=2)).watch(T(), name='x', reduce={'loss': 'mean'})\n"
+        "except ConfigError as exc:\n    print(exc)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert re.search(r"watch 'x'.*needs torch\.distributed", done.stdout), done.stdout + done.stderr
     monitor.watch(Worker(0, 0), name="learner", reduce={"loss": "mean"})
     with pytest.raises(ConfigError, match="already registered"):
         monitor.watch(Worker(0, 0), name="learner", reduce={"loss": "mean"})
