@@ -35,6 +35,8 @@ __all__ = ["SCENARIOS", "main"]
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 MARK = "BENCH-ROWS "
+HISTORY = "## History and probes"
+"""The heading in RESULTS.md under which earlier measurements are kept by hand; a run keeps it."""
 
 
 @dataclass(frozen=True)
@@ -250,6 +252,11 @@ ours / TorchRL. Every scenario ran in a fresh interpreter. {summary}
 {chr(10).join(log)}
 ```
 """
+    # measurement history and one-off probes, written by hand below this heading, are kept
+    old = path.read_text(encoding="utf-8") if path.exists() else ""
+    at = old.find(HISTORY)
+    if at >= 0:
+        text += "\n" + old[at:]
     path.write_text(text, encoding="utf-8")
 
 
