@@ -16,6 +16,7 @@ from monitor_async.backends import CSVSink
 __all__ = [
     "Bare",
     "Clocked",
+    "ClockedKeys",
     "NoopLogger",
     "NoopSink",
     "Row",
@@ -155,6 +156,18 @@ class Bare:
             records.append(new_record(name, None, time.time(), metrics))
         text: str = self.csv.format(records)
         return text.encode()
+
+
+class ClockedKeys(TwelveKeys):
+    """The 12-key target, noting when each ``stats()`` call began."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.times: list[float] = []
+
+    def stats(self) -> dict[str, Any]:
+        self.times.append(time.monotonic())
+        return super().stats()
 
 
 class NoopSink:

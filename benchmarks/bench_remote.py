@@ -34,24 +34,11 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
-from ._common import Row, TwelveKeys, quiet, slot_share, torchrl_monitor
+from ._common import ClockedKeys, Row, quiet, slot_share, torchrl_monitor
 from ._mlflow_server import MlflowServer
 
 __all__ = ["run"]
-
-
-class Timed(TwelveKeys):
-    """``TwelveKeys`` that notes the ``time.monotonic()`` of every ``stats()`` call."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.times: list[float] = []
-
-    def stats(self) -> dict[str, Any]:
-        self.times.append(time.monotonic())
-        return super().stats()
 
 
 class Timeline:
@@ -74,7 +61,7 @@ class Timeline:
         return self.down, min(self.back, end)
 
 
-def _share(targets: Sequence[Timed], start: float, end: float, interval: float) -> float:
+def _share(targets: Sequence[ClockedKeys], start: float, end: float, interval: float) -> float:
     hit = slots = 0
     for target in targets:
         h, s = slot_share(target.times, start, end, interval)
@@ -82,7 +69,7 @@ def _share(targets: Sequence[Timed], start: float, end: float, interval: float) 
     return hit / slots if slots else 0.0
 
 
-def _gap(targets: Sequence[Timed]) -> float:
+def _gap(targets: Sequence[ClockedKeys]) -> float:
     return max((max(b - a for a, b in zip(t.times, t.times[1:], strict=False)) for t in targets if len(t.times) > 1),
                default=0.0)
 
@@ -99,7 +86,7 @@ def _stored(url: str, run_ids: Sequence[str], count: int) -> int:
     return len(found)
 
 
-def _ours(server: MlflowServer, timeline: Timeline, targets: Sequence[Timed], seconds: float,
+def _ours(server: MlflowServer, timeline: Timeline, targets: Sequence[ClockedKeys], seconds: float,
           interval: float, folder: Path) -> dict[str, float]:
     from monitor_async import Monitor
     from monitor_async.backends import MLflowSink
@@ -151,7 +138,7 @@ def _ours(server: MlflowServer, timeline: Timeline, targets: Sequence[Timed], se
     }
 
 
-def _theirs(server: MlflowServer, timeline: Timeline, targets: Sequence[Timed], seconds: float,
+def _theirs(server: MlflowServer, timeline: Timeline, targets: Sequence[ClockedKeys], seconds: float,
             interval: float) -> dict[str, float]:
     from mlflow.tracking import MlflowClient
     from torchrl.record.loggers.mlflow import MLFlowLogger
@@ -197,12 +184,12 @@ def run(*, seconds: float = 30.0, outage: float = 10.0, targets: int = 20, inter
         # early enough that the server is back (outage + its start-up) a while before the run ends
         kill_at = max(2.0, (seconds - outage - startup) / 2)
         timeline = Timeline(server, kill_at, outage)
-        ours = _ours(server, timeline, [Timed() for _ in range(targets)], seconds, interval, folder)
+        ours = _ours(server, timeline, [ClockedKeys() for _ in range(targets)], seconds, interval, folder)
         ours_outage = timeline.back - timeline.down
         theirs: dict[str, float] | None = None
         if baseline and torchrl_monitor() is not None:
             timeline = Timeline(server, kill_at, outage)
-            theirs = _theirs(server, timeline, [Timed() for _ in range(targets)], seconds, interval)
+            theirs = _theirs(server, timeline, [ClockedKeys() for _ in range(targets)], seconds, interval)
     finally:
         server.kill()
     window = (f"{seconds:g} s run, {targets} targets every {interval * 1000:g} ms, server killed at "

@@ -44,27 +44,14 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from monitor_async import SyncMonitor
 from monitor_async.backends import CSVSink
 from monitor_async.backends._files import LineFile
 
-from ._common import Bare, Row, TwelveKeys, quiet, slot_share, torchrl_monitor
+from ._common import Bare, ClockedKeys, Row, quiet, slot_share, torchrl_monitor
 
 __all__ = ["run"]
-
-
-class ClockedKeys(TwelveKeys):
-    """The 12-key target, noting when each ``stats()`` call began."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.times: list[float] = []
-
-    def stats(self) -> dict[str, Any]:
-        self.times.append(time.monotonic())
-        return super().stats()
 
 
 def train(seconds: float) -> tuple[float, float]:
