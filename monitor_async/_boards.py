@@ -94,22 +94,38 @@ class StoreBoard(Board):
         self._pool = WorkerPool(1, f"monitor-async-publish-{watch}")
         self._warned = False
         self._closed = False
-        self._idle = threading.Event()
-        self._idle.set()
+        self._calls = 0  # store calls in flight (the writer's and the reader's)
+        self._quiet = threading.Condition(self._lock)
         _boards.add(self)
 
     def close(self, wait: float = STORE_TIMEOUT + 1.0) -> None:
-        """Stops publishing and lets go of the store connections, after a write in flight (``wait`` s at most).
+        """Stops publishing and reading, and lets go of the store connections after the calls in flight.
 
         Run at interpreter exit: a daemon thread that comes back from a store
-        call while the interpreter shuts down aborts the process, so exit
-        waits for a call in flight (bounded by the connection's timeout).
+        call (a write, or the main rank's read) while the interpreter shuts
+        down aborts the whole process ("terminate called without an active
+        exception"), so exit waits for the calls in flight, ``wait`` seconds
+        at most (a call gives up after the connection's timeout anyway), and
+        no new call starts.
         """
         with self._lock:
             self._closed = True
             self._pending.clear()
-        if self._idle.wait(wait):
-            self._writer = self._reader = None
+            if self._quiet.wait_for(lambda: self._calls == 0, timeout=wait):
+                self._writer = self._reader = None
+
+    def _begin_call(self) -> bool:
+        """Under the lock: one more store call in flight, unless the board is closed."""
+        if self._closed:
+            return False
+        self._calls += 1
+        return True
+
+    def _end_call(self) -> None:
+        with self._lock:
+            self._calls -= 1
+            if not self._calls:
+                self._quiet.notify_all()
 
     def _client(self) -> Any:
         """A connection of our own to the job's store (``clone()``), so the program's own use is untouched.
@@ -149,10 +165,9 @@ class StoreBoard(Board):
         while True:
             with self._lock:
                 pending, self._pending = self._pending, {}
-                if not pending or self._closed:
+                if not pending or not self._begin_call():  # in a store call from here: close() waits
                     self._sending = False
                     return
-                self._idle.clear()  # in a store call from here: close() waits for it to end
             try:
                 if self._writer is None:
                     self._writer = self._client()
@@ -169,11 +184,20 @@ class StoreBoard(Board):
                         "with backoff, quietly", describe(exc),
                     )
             finally:
-                self._idle.set()
+                self._end_call()
             if backoff:
                 time.sleep(backoff)  # in Python, not in the store: safe at interpreter exit
 
     def read(self) -> dict[int, tuple[int, dict[str, float]]]:
+        with self._lock:
+            if not self._begin_call():
+                raise RuntimeError("the reduction's store board is closed (the interpreter is exiting)")
+        try:
+            return self._read()
+        finally:
+            self._end_call()
+
+    def _read(self) -> dict[int, tuple[int, dict[str, float]]]:
         if self._reader is None:
             self._reader = self._client()
         store = self._reader
