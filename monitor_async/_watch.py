@@ -151,7 +151,14 @@ class Watch:
         # target's result comes flattened already (see prepare)
         if type(raw) is dict:
             metrics: dict[str, float] = {}
-            dropped = flatten(raw.copy(), metrics, self.max_values, self.keys, raw)
+            try:
+                dropped = flatten(raw.copy(), metrics, self.max_values, self.keys, raw)
+            except RuntimeError:
+                # a copy taken while another thread wrote to the dict was once seen torn on
+                # CPython 3.11 under heavy thread switching ("dictionary keys changed during
+                # iteration" in our own copy): the target did nothing wrong, so copy again
+                metrics.clear()
+                dropped = flatten(raw.copy(), metrics, self.max_values, self.keys, raw)
         else:
             metrics, dropped = read(raw, self.max_values, self.keys)
         if dropped and not self.capped and len(metrics) >= self.max_values:
