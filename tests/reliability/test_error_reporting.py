@@ -15,7 +15,7 @@ import pytest
 
 from monitor_async import Monitor, Record
 from monitor_async.backends import BaseSink, MemorySink
-from tests.reliability.faults import Ticker, monitor_warnings, wait_until
+from tests.reliability.faults import Raising, Ticker, monitor_warnings, wait_until
 
 
 class Unprintable(Exception):
@@ -38,22 +38,7 @@ class UnprintableTypeError(TypeError):
         raise ValueError("str failed")
 
 
-class Failing:
-    """``stats()`` raises ``Unprintable`` until ``healthy`` is set."""
-
-    def __init__(self, error: Exception) -> None:
-        self.error = error
-        self.healthy = False
-        self.calls = 0
-
-    def stats(self) -> dict[str, float]:
-        self.calls += 1
-        if self.healthy:
-            return {"x": 1.0}
-        raise self.error
-
-
-class AsyncFailing(Failing):
+class AsyncFailing(Raising):
     async def stats(self) -> dict[str, float]:  # type: ignore[override]
         return super().stats()
 
@@ -91,7 +76,7 @@ class UnprintableSink(BaseSink):
 async def test_a_stats_error_that_cannot_be_printed_is_one_counted_warned_failure(
     kind: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    target = AsyncFailing(Unprintable()) if kind == "async" else Failing(Unprintable())
+    target = AsyncFailing(Unprintable()) if kind == "async" else Raising(Unprintable())
     sink = MemorySink()
     monitor = Monitor(sink)
     monitor.watch(target, name="broken", offload="thread" if kind == "thread" else "inline")
@@ -127,7 +112,7 @@ async def test_an_unprintable_error_while_reading_the_result_is_one_counted_warn
 
 
 async def test_background_polling_goes_on_after_an_unprintable_error(caplog: pytest.LogCaptureFixture) -> None:
-    target = Failing(Unprintable())
+    target = Raising(Unprintable())
     monitor = Monitor(MemorySink(), poll_interval=0.01)
     monitor.watch(target, name="broken")
     with caplog.at_level(logging.WARNING, logger="monitor_async"):
