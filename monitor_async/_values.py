@@ -26,7 +26,7 @@ from typing import Any
 from ._errors import describe, log
 from ._exceptions import StatsCycleError, StatsTypeError
 
-__all__ = ["MAX_DEPTH", "Flattened", "KeyCache", "as_mapping", "flatten", "read"]
+__all__ = ["MAX_DEPTH", "Flattened", "KeyCache", "as_mapping", "flatten", "flatten_copy", "read"]
 
 MAX_DEPTH = 64
 """Mappings nested deeper than this fail the poll (most likely a cycle through mappings made on each read)."""
@@ -142,6 +142,21 @@ def _copy(raw: Mapping[Any, Any]) -> tuple[dict[Any, Any], int]:
     return out, failed
 
 
+def flatten_copy(raw: dict[Any, Any], out: dict[str, float], limit: int, keys: KeyCache) -> int:
+    """:func:`flatten` of a private copy of ``raw``, a dict the target may keep writing to from another thread.
+
+    A copy taken while another thread wrote to the dict was once seen torn on
+    CPython 3.11 under heavy thread switching ("dictionary keys changed during
+    iteration" while reading our own copy): the target did nothing wrong, so
+    the read starts again from a fresh copy.
+    """
+    try:
+        return flatten(raw.copy(), out, limit, keys, raw)
+    except RuntimeError:
+        out.clear()
+        return flatten(raw.copy(), out, limit, keys, raw)
+
+
 def read(raw: object, limit: int, keys: KeyCache) -> tuple[dict[str, float], int]:
     """The namespaced finite values of any ``stats()`` result, and how many were left out.
 
@@ -153,7 +168,7 @@ def read(raw: object, limit: int, keys: KeyCache) -> tuple[dict[str, float], int
         return raw.metrics, raw.dropped
     out: dict[str, float] = {}
     if type(raw) is dict:
-        return out, flatten(raw.copy(), out, limit, keys, raw)
+        return out, flatten_copy(raw, out, limit, keys)
     copy, failed = as_mapping(raw, keys.prefix[:-1])
     return out, flatten(copy, out, limit, keys, raw) + failed
 

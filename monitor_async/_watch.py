@@ -18,7 +18,7 @@ from ._callers import Caller
 from ._errors import log
 from ._record import Record, new_record
 from ._schedule import Every
-from ._values import Flattened, KeyCache, flatten, read
+from ._values import Flattened, KeyCache, flatten_copy, read
 from .distributed import EMPTY_SOURCE, Source
 
 __all__ = ["DEFAULT_RATE_NAMES", "Watch"]
@@ -151,14 +151,7 @@ class Watch:
         # target's result comes flattened already (see prepare)
         if type(raw) is dict:
             metrics: dict[str, float] = {}
-            try:
-                dropped = flatten(raw.copy(), metrics, self.max_values, self.keys, raw)
-            except RuntimeError:
-                # a copy taken while another thread wrote to the dict was once seen torn on
-                # CPython 3.11 under heavy thread switching ("dictionary keys changed during
-                # iteration" in our own copy): the target did nothing wrong, so copy again
-                metrics.clear()
-                dropped = flatten(raw.copy(), metrics, self.max_values, self.keys, raw)
+            dropped = flatten_copy(raw, metrics, self.max_values, self.keys)
         else:
             metrics, dropped = read(raw, self.max_values, self.keys)
         if dropped and not self.capped and len(metrics) >= self.max_values:
