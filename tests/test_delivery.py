@@ -84,7 +84,8 @@ async def test_503_is_retried_after_the_retry_after_the_server_asked_for(server:
     async with PostSink(server.url, backoff=FAST) as sink:
         await sink.write([record(0)])  # returns: the batch waits in the spool
         assert sink.counters()["spooled"] == 1
-        await wait_until(lambda: len(server.answered(200)) == 1, timeout=10)
+        # the server notes its answer before the sink has read it: wait for the sink's side too
+        await wait_until(lambda: len(server.answered(200)) == 1 and sink.counters()["delivered"] == 1, timeout=10)
         first, second = server.requests
         assert second.at - first.at >= 0.95  # Retry-After: 1 obeyed, not the 0.05 s backoff
         figures = sink.counters()
@@ -98,7 +99,8 @@ async def test_429_and_5xx_are_retried_with_backoff_until_the_server_takes_the_b
     server.reply = lambda n, request: (answers[n], {}, b"{}")
     async with PostSink(server.url, backoff=FAST) as sink:
         await sink.write([record(0)])
-        await wait_until(lambda: len(server.answered(200)) == 1, timeout=10)
+        # the server notes its answer before the sink has read it: wait for the sink's side too
+        await wait_until(lambda: len(server.answered(200)) == 1 and sink.counters()["delivered"] == 1, timeout=10)
         assert [r.status for r in server.requests] == answers
         assert sink.counters()["retries"] == 4
 
