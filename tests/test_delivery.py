@@ -321,6 +321,8 @@ async def test_ray_sink_calls_wait_in_the_spool_while_the_actor_restarts(ray_loc
     await wait_until(lambda: sink.counters()["pending"] == 0, timeout=60)
     await sink.flush()
     kept = [r.step for r in await sink.call("records")]
-    assert kept == [1, 2, 3, 4, 5]  # the restarted actor got every batch written after the kill, in order
+    # ray.kill() lands a moment later: record 1 may still reach the old actor, which acknowledges
+    # it and goes down with it; every batch the sink sent once the actor was away waited, in order
+    assert kept in ([1, 2, 3, 4, 5], [2, 3, 4, 5])
     assert sink.counters()["retries"] >= 1
     await sink.close()
