@@ -198,6 +198,28 @@ class Channel(RecordQueue):
             # at once, not in a done callback: a request() right after this must start a new drain
             self._drains.discard(me)
 
+    def writer_due(self) -> bool:
+        """Whether a writer takes everything queued at its next turn: none is writing, and one is on its way.
+
+        The background writer, when it is not writing, has been woken by the
+        records that filled the queue and takes them all in one go; in manual
+        mode a drain task is started here (it writes until the queue is
+        empty). A write in flight means the sink is behind: ``False``, the
+        queue drops its oldest record.
+        """
+        if self.writing is not None:
+            return False
+        writer = self.task
+        if writer is not None:
+            return not writer.done()
+        if not self._drains:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # no loop to write on here: the queue stays bounded
+                return False
+            self._drains.add(loop.create_task(self._drain(), name=f"monitor-async sink {self.label}"))
+        return True
+
     def request(self) -> asyncio.Future[None] | None:
         """Asks for every record queued so far to be written now; returns a future done once they have left.
 

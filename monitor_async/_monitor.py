@@ -121,8 +121,12 @@ class Monitor:
             re-raises from ``step()``, and in background mode stops polling at
             the first error and re-raises it from ``run()``/``stop()``.
         queue_size: records each sink's queue holds (default 1024); when a
-            sink falls behind, the oldest are dropped and counted. Also the
-            most pushed values (``log()``) that wait for the loop.
+            sink falls behind (its queue fills while it is still writing),
+            the oldest are dropped and counted. A burst the monitor makes in
+            one pass of the loop (the first polls of many watches, a
+            ``step()``, the final snapshots) while the sink is not writing
+            is kept whole for the sink's next write, whatever its size. Also
+            the most pushed values (``log()``) that wait for the loop.
         max_batch: the most records one ``sink.write`` call gets (default 256).
         poll_timeout: seconds a poll may take before it counts as timed out,
             for every watch without its own ``timeout`` (default ``None``: the

@@ -2,8 +2,11 @@
 
 :class:`RecordQueue` is a deque that belongs to no event loop (a monitor
 restarted on another loop keeps it). :meth:`RecordQueue.put` never waits:
-when the queue is full the *oldest* queued record is dropped and counted, so
-polling never waits for a sink and memory stays bounded.
+when the queue is full while its sink is busy writing (the sink is behind),
+the *oldest* queued record is dropped and counted, so polling never waits
+for a sink and memory stays bounded. A queue that fills while no write is in
+flight is a burst the writer has not had its turn for yet (many watches
+polled in one pass of the loop): it is kept whole for that turn.
 
 Records are numbered in the order they were put. Every record is
 *delivered*; it then waits in the queue (*queued*), is in the write under
@@ -50,13 +53,27 @@ class RecordQueue:
 
     # ------------------------------------------------------------------ putting
     def put(self, record: Record) -> None:
-        """Queues ``record``, dropping the oldest queued record when full. Never waits."""
+        """Queues ``record``, dropping the oldest queued record when full and the sink is behind. Never waits.
+
+        A full queue whose writer is not writing (it has not had its turn
+        yet: many polls in one pass of the loop) keeps the record: the writer
+        takes the whole queue at its next turn (:meth:`writer_due`).
+        """
         queue = self.queue
-        if len(queue) >= self.size:
+        if len(queue) >= self.size and not self.writer_due():
             self._drop_oldest()
         queue.append(record)
         if self._wake is not None and len(queue) >= self._wake_at:
             self._release()
+
+    def writer_due(self) -> bool:
+        """Whether a writer takes everything queued at its next turn, with no write in flight now.
+
+        Only then may the queue hold more than ``size`` records, until that
+        turn: what one pass of the loop queues (many watches due at once,
+        a ``step()``, the final snapshots). The queue alone has no writer.
+        """
+        return False
 
     def _drop_oldest(self) -> None:
         """Makes room in a full queue: the oldest record goes, counted (and warned of once per episode)."""
