@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+from ._record import Record
 
 if TYPE_CHECKING:
     from ._poll import Counters, Poller
@@ -25,7 +29,9 @@ class TimerSlot:
 
     The k-th slot is ``origin + k * interval``; ``slot`` is k, ``due`` the
     time booked with the timers, ``waiter`` the future the watch's task
-    waits on while the timers poll it.
+    waits on while the timers poll it. :class:`~monitor_async._watch.Watch`
+    is one (a base class rather than an object of its own: one object less
+    to reach per poll).
     """
 
     __slots__ = ("due", "origin", "slot", "waiter")
@@ -63,13 +69,17 @@ class Ticks:
     ``stop()``) ends its polling.
     """
 
-    __slots__ = ("carried", "group", "loop", "poller", "waiting")
+    __slots__ = ("carried", "clock", "group", "loop", "poller", "waiting")
 
     GROUP = 256
     SPREAD = 64
 
     def __init__(self, loop: asyncio.AbstractEventLoop, poller: Poller) -> None:
         self.loop = loop
+        # the loop's clock; time.monotonic itself when that is what it reads (one Python call less per poll)
+        self.clock: Callable[[], float] = (
+            time.monotonic if type(loop).time is asyncio.BaseEventLoop.time else loop.time
+        )
         self.poller = poller
         self.waiting: dict[float, asyncio.Future[None]] = {}
         self.carried: dict[float, list[Watch]] = {}
@@ -125,14 +135,14 @@ class Ticks:
         needed again: with the awaitable a ``stats()`` call returned, or with
         :data:`OWN` when the task is to poll the watch itself.
         """
-        waiter = watch.timer.waiter
+        waiter = watch.waiter
         if waiter is None or waiter.done():
-            waiter = watch.timer.waiter = self.loop.create_future()
+            waiter = watch.waiter = self.loop.create_future()
         self._book(watch, when)
         return waiter
 
     def _book(self, watch: Watch, when: float) -> None:
-        watch.timer.due = when
+        watch.due = when
         due = self.carried.get(when)
         if due is None:
             self._timer(when)
@@ -141,7 +151,7 @@ class Ticks:
 
     def discard(self, watch: Watch) -> None:
         """Takes a carried watch off its next slot (its task was cancelled)."""
-        due = self.carried.get(watch.timer.due)
+        due = self.carried.get(watch.due)
         if due is not None:
             with contextlib.suppress(ValueError):
                 due.remove(watch)
@@ -157,20 +167,20 @@ class Ticks:
     def _poll(self, due: list[Watch]) -> None:
         """One poll of each carried watch due now, in the order they were booked."""
         poller = self.poller
-        answer = poller.answer
+        poll = poller.poll_once
         counters = poller.counters
-        clock = self.loop.time
+        clock = self.clock
         for watch in due:
-            waiter = watch.timer.waiter
+            waiter = watch.waiter
             if waiter is None or waiter.done():  # its task was cancelled: unwatch(), stop(), on_error="raise"
                 continue
             try:
                 if not watch.caller.inline:  # moved to a thread: its task polls it now
                     waiter.set_result(OWN)
                     continue
-                pending = answer(watch)
-                if pending is not None:
-                    waiter.set_result(pending)  # its task awaits it under the watch's timeout
+                result = poll(watch)
+                if result is not None and type(result) is not Record:
+                    waiter.set_result(result)  # an awaitable: its task awaits it under the watch's timeout
                     continue
                 if not waiter.done():
                     self._book(watch, next_due(watch, clock(), counters))
@@ -190,15 +200,14 @@ def next_due(watch: Watch, now: float, counters: Counters) -> float:
     watches with the same origin and interval share their due times exactly).
     """
     interval = watch.interval
-    timer = watch.timer
-    slot = timer.slot + 1
-    due = timer.origin + slot * interval
+    slot = watch.slot + 1
+    due = watch.origin + slot * interval
     if now > due:
         missed = int((now - due) // interval) + 1
         counters.polls_missed += missed
         slot += missed
-        due = timer.origin + slot * interval
-    timer.slot = slot
+        due = watch.origin + slot * interval
+    watch.slot = slot
     return due
 
 
@@ -214,8 +223,8 @@ async def poll_forever(poller: Poller, watch: Watch) -> None:
     if ticks is None or ticks.loop is not loop:
         ticks = poller.ticks = Ticks(loop, poller)
     task = asyncio.current_task()
-    due = watch.timer.origin = ticks.origin(watch.interval)
-    watch.timer.slot = 0
+    due = watch.origin = ticks.origin(watch.interval)
+    watch.slot = 0
     counters = poller.counters
     # poller.answer(...), not a bound method kept in a local: with 10,000 suspended tasks,
     # every object a task's frame holds is one more for each full garbage collection to walk;

@@ -77,6 +77,8 @@ class Caller:
     there, so the copying and flattening happen on that thread too.
     """
 
+    __slots__ = ()
+
     mode: str = ""
     inline = False
     """Whether ``call()`` runs ``stats()`` right here, on the event loop (the timers may then poll it in their callback)."""
@@ -109,10 +111,14 @@ class InlineCaller(Caller):
     never counted: its awaitable may belong to this loop.
     """
 
+    __slots__ = ("_auto", "_calls", "_func", "_self", "_slow", "owner", "wants_thread")
+
     mode = "inline"
     inline = True
 
     def __init__(self, fn: Callable[[], Any], *, auto: bool) -> None:
+        self.owner = None
+        self.wants_thread = False
         # a bound method (``target.stats``) is kept as its function and its object: the method
         # object would be one more per watch for a full garbage collection to walk
         if type(fn) is MethodType:

@@ -29,10 +29,7 @@ from ._watch import Watch
 if TYPE_CHECKING:
     from ._cadence import Ticks
 
-__all__ = ["GRACE", "SKIPPED", "Counters", "Poller"]
-
-SKIPPED: Any = object()
-"""What :meth:`Poller.begin` returns when the poll failed or was skipped."""
+__all__ = ["GRACE", "Counters", "Poller"]
 
 GRACE = 0.25
 """Seconds granted past a deadline for a cancelled task to end before it is left behind."""
@@ -81,24 +78,6 @@ class Poller:
         self.stuck: dict[Watch, asyncio.Task[Any]] = {}
         """Watches whose awaited ``stats()`` ignored its cancellation, with the task left behind."""
 
-    def begin(self, watch: Watch) -> Any:
-        """Calls ``stats()``; returns the raw result, or :data:`SKIPPED`."""
-        self.counters.polls += 1
-        if self.stuck and self._still_stuck(watch):
-            self.counters.polls_missed += 1
-            return SKIPPED
-        try:
-            return watch.caller.call()
-        except Busy:
-            self.counters.polls_missed += 1
-        except Exception as exc:  # noqa: BLE001 - reported through on_error
-            self.fail(watch, f"stats() of watch {watch.name!r} raised {describe(exc)}", exc)
-        except BaseException as exc:
-            if must_propagate(exc):
-                raise
-            self.fail(watch, f"stats() of watch {watch.name!r} raised {describe(exc)}", exc)
-        return SKIPPED
-
     def _still_stuck(self, watch: Watch) -> bool:
         task = self.stuck.get(watch)
         if task is None:
@@ -128,8 +107,24 @@ class Poller:
         failed); an awaitable answer is returned as is, for :meth:`complete`
         to await under the watch's timeout.
         """
-        raw = self.begin(watch)
-        if raw is SKIPPED:
+        # begin(), inline: this is the path of every background poll
+        counters = self.counters
+        counters.polls += 1
+        if self.stuck and self._still_stuck(watch):
+            counters.polls_missed += 1
+            return None
+        try:
+            raw = watch.caller.call()
+        except Busy:
+            counters.polls_missed += 1
+            return None
+        except Exception as exc:  # noqa: BLE001 - reported through on_error
+            self.fail(watch, f"stats() of watch {watch.name!r} raised {describe(exc)}", exc)
+            return None
+        except BaseException as exc:
+            if must_propagate(exc):
+                raise
+            self.fail(watch, f"stats() of watch {watch.name!r} raised {describe(exc)}", exc)
             return None
         if type(raw) is not dict and inspect.isawaitable(raw):
             return raw

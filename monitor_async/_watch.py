@@ -33,13 +33,17 @@ DEFAULT_RATE_NAMES: dict[str, str] = {
 }
 
 
-class Watch:
+_NO_COUNTERS: dict[str, float] = {}
+"""The baseline of a watch with no counters to derive rates from (shared: a baseline is never changed)."""
+
+
+class Watch(TimerSlot):
     """Bookkeeping for one target; :meth:`snapshot` is the per-poll hot path.
 
     Values are namespaced as they are read (``"<name>/<key>"``, through the
     watch's :class:`KeyCache` ``keys``), so the dict built by one poll is the
     record's ``metrics`` as is. Where the watch stands in background polling
-    is its :class:`~monitor_async._cadence.TimerSlot` ``timer``. The rate and
+    is what it inherits from :class:`~monitor_async._cadence.TimerSlot`. The rate and
     schedule keys are namespaced once here; the baseline keeps only the
     counters rates are derived from, in a small dict of its own, so a sink or
     a caller of ``step()`` changing a record's metrics cannot change a rate.
@@ -73,7 +77,6 @@ class Watch:
         "step_key",
         "target",
         "timeout",
-        "timer",
         "warned_key",
     )
 
@@ -137,7 +140,7 @@ class Watch:
         self.has_logged = False
         self.failing = False
         self.capped = False
-        self.timer = TimerSlot()
+        TimerSlot.__init__(self)
         # a thread-offloaded stats() is flattened on its worker thread (see prepare)
         caller.owner = self
 
@@ -181,18 +184,21 @@ class Watch:
                 self._add_rates(counters, metrics, now - since)
         else:
             # one pass: read each counter, keep it as the next baseline, add its rate
-            counters = {}
-            elapsed = now - since
-            baseline = self.baseline
             if self.keys.added != self.rates_seen:
                 self._find_rates()
-            for key, rate in self.rates_live:
-                current = metrics.get(key)
-                if current is not None:
-                    counters[key] = current
-                    previous = baseline.get(key)
-                    if previous is not None and current >= previous:
-                        metrics[rate] = (current - previous) / elapsed
+            if self.rates_live:
+                counters = {}
+                elapsed = now - since
+                baseline = self.baseline
+                for key, rate in self.rates_live:
+                    current = metrics.get(key)
+                    if current is not None:
+                        counters[key] = current
+                        previous = baseline.get(key)
+                        if previous is not None and current >= previous:
+                            metrics[rate] = (current - previous) / elapsed
+            else:
+                counters = _NO_COUNTERS
         self.baseline = counters
         self.baseline_time = self.last_log_time = now
         self.has_logged = True
