@@ -34,10 +34,17 @@ class Row:
     """One measured figure: ours, TorchRL's (when measured) and the goal it is held to.
 
     ``goal`` is ``("ratio", x)`` (ours / TorchRL >= x), ``("min", x)``
-    (ours >= x), ``("max", x)`` (ours <= x), ``("below", x)`` (ours < x) or
-    ``None`` (reported only). ``unit`` is ``"/s"``, ``"share"``, ``"MB"``, ``"records"`` or ``"s"``.
-    ``who`` names what ``ours`` measured: our monitor, or ``"floor"`` (see
-    :class:`Bare`).
+    (ours >= x), ``("max", x)`` (ours <= x), ``("below", x)`` (ours < x),
+    ``("floor", x)`` (ours <= x times ``floor``: see :attr:`over_floor`) or
+    ``None`` (reported only). ``unit`` is ``"/s"``, ``"share"``, ``"MB"``,
+    ``"records"``, ``"s"`` or ``"us"``. ``who`` names what ``ours`` measured:
+    our monitor, or ``"floor"`` (see :class:`Bare`).
+
+    ``floor`` is the figure of a floor measured in the same run (the same
+    work done the plain way, with no monitor); ``floor_ratio``, when set, is
+    ours over the floor as the goal reads it (the median of per-round ratios,
+    which the machine's drift from one round to the next disturbs less than
+    the ratio of the medians).
     """
 
     scenario: str
@@ -49,12 +56,23 @@ class Row:
     note: str = ""
     extra: dict[str, float] = field(default_factory=dict)
     who: str = "ours"
+    floor: float | None = None
+    floor_ratio: float | None = None
 
     @property
     def ratio(self) -> float | None:
         if self.torchrl is None or self.torchrl <= 0:
             return None
         return self.ours / self.torchrl
+
+    @property
+    def over_floor(self) -> float | None:
+        """Ours over the floor: ``floor_ratio`` when set, else ``ours / floor`` (``None`` with no floor)."""
+        if self.floor_ratio is not None:
+            return self.floor_ratio
+        if self.floor is None or self.floor <= 0:
+            return None
+        return self.ours / self.floor
 
     @property
     def met(self) -> bool | None:
@@ -68,6 +86,9 @@ class Row:
             return self.ours >= value
         if kind == "max":
             return self.ours <= value
+        if kind == "floor":
+            over = self.over_floor
+            return None if over is None else over <= value
         return self.ours < value
 
     def as_json(self) -> dict[str, Any]:

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 import subprocess
 import sys
+import time
 from pathlib import Path
 
-from benchmarks import bench_cadence, bench_core, bench_sinks, bench_trainer
-from benchmarks._common import Bare, Row, TwelveKeys, has_torchrl, slot_share
+from benchmarks import bench_cadence, bench_core, bench_scale, bench_sinks, bench_trainer
+from benchmarks._common import Bare, ClockedKeys, Row, TwelveKeys, has_torchrl, slot_share
+from benchmarks.run import fmt_goal
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -72,8 +75,48 @@ def test_file_and_trainer_scenarios_measure_ours_beside_the_floor() -> None:
     trainer = bench_trainer.run(targets=3, seconds=0.3, repeat=1, baseline=False)
     _sane(files + trainer)
     floors = [r for r in files + trainer if r.measure.startswith("floor:")]
-    assert len(floors) == 2 and all(r.goal is None and r.ours > 0 and r.who == "floor" for r in floors)
-    assert float(floors[1].note.rsplit(": ", 1)[1]) > 0.5  # the share of its slots the bare thread polled
+    assert len(floors) == 5 and all(r.goal is None and r.ours > 0 and r.who == "floor" for r in floors)
+    speeds = [r for r in floors[1:] if r.measure.startswith("floor: speed kept")]
+    assert len(speeds) == 2
+    assert all(float(r.note.rsplit(": ", 1)[1]) > 0.5 for r in speeds)  # the share of its slots each floor polled
+    cpu = next(r for r in trainer if r.goal is not None and r.goal[0] == "floor")
+    assert cpu.unit == "us" and cpu.floor is not None and cpu.floor > 0 and cpu.floor_ratio is not None
+
+
+def test_scale_scenario_measures_the_floors_before_the_monitor() -> None:
+    rows = bench_scale.run(targets=40, interval=0.25, warmup=0.3, seconds=0.5, groups=4, baseline=False)
+    _sane(rows)
+    dropped = next(r for r in rows if r.measure.startswith("records dropped"))
+    assert dropped.goal == ("max", 0.0) and dropped.unit == "records"
+    cpu = next(r for r in rows if r.goal is not None and r.goal[0] == "floor")
+    assert cpu.floor is not None and cpu.floor == next(r.ours for r in rows if "plain" in r.measure)
+    assert [r.who for r in rows].count("floor") == 2
+
+
+def test_a_floor_goal_holds_ours_to_a_multiple_of_the_floor_and_survives_json() -> None:
+    row = Row("s", "m", 12.0, unit="us", goal=("floor", 1.2), floor=10.0)
+    assert row.over_floor == 1.2 and row.met is True
+    assert Row("s", "m", 12.0, unit="us", goal=("floor", 1.2), floor=10.0, floor_ratio=1.3).met is False
+    assert Row("s", "m", 12.0, unit="us", goal=("floor", 1.2)).met is None
+    back = Row.from_json(json.loads(json.dumps(row.as_json())))
+    assert back == row and back.floor == 10.0
+    assert fmt_goal(row) == "<= 1.2x floor 10.0 us (now 1.20x)"
+
+
+def test_the_plain_thread_floor_appends_the_rows_csvsink_writes(tmp_path: Path) -> None:
+    path = tmp_path / "plain.csv"
+    plain = bench_trainer.PlainThread([ClockedKeys(), ClockedKeys()], path, 0.02, every=0.03)
+    plain.start()
+    time.sleep(0.15)
+    plain.stop()
+    rows = list(csv.reader(io.StringIO(path.read_text(encoding="utf-8"))))
+    assert rows[0] == ["time", "name", "step", "metric", "value"]
+    assert {row[1] for row in rows[1:]} == {"t0", "t1"} and {row[2] for row in rows[1:]} == {""}
+    keys = [f"t0/{key}" for key in TwelveKeys().stats()]
+    t0 = [row[3] for row in rows[1:] if row[1] == "t0"]
+    assert t0[:12] == keys  # the first poll: no rates yet
+    assert t0[12:26] == [*keys, "t0/frames_per_second", "t0/writes_per_second"]
+    assert float(next(row[4] for row in rows if row[3] == "t1/frames_per_second")) > 0
 
 
 def test_the_floor_polls_every_target_into_csv_rows_with_rates() -> None:
