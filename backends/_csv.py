@@ -169,32 +169,29 @@ class CSVSink(LineSink):
         writes every value with ``repr``, ``replace`` puts in the row prefix)
         instead of one f-string per value. The text is the same either way.
         """
-        return "".join([self.encode(r) for r in records])
-
-    def encode(self, record: Record) -> str:
-        """The rows of one record (see :meth:`format`).
-
-        The monitor calls it as each record is queued for this sink, while
-        the record is fresh in the CPU's caches, and hands the text to
-        :meth:`~monitor_async.backends._files.LineSink.write_encoded`.
-        """
-        name = self._quoted.get(record.name)
-        if name is None:
-            name = self._quote(record.name)
-        step = record.step
-        prefix = f"{record.time!r},{name},{'' if step is None else step},"
-        metrics = record.metrics
-        keys = tuple(metrics)
-        template = self._templates.get(keys)
-        if template is None:
-            template = self._template(keys)
-        end = self._end(record.source) if self._source else ""
-        if template:
-            text = (template % tuple(metrics.values())).replace("\0", prefix)
-            return text.replace("\1", end) if end else text
-        # a key holding NUL, or no values
-        fields = self._fields(keys)
-        return "".join([f"{prefix}{field},{v!r}{end}\n" for field, v in zip(fields, metrics.values(), strict=True)])
+        quoted = self._quoted
+        templates = self._templates
+        blocks: list[str] = []
+        add = blocks.append
+        for r in records:
+            name = quoted.get(r.name)
+            if name is None:
+                name = self._quote(r.name)
+            step = r.step
+            prefix = f"{r.time!r},{name},{'' if step is None else step},"
+            metrics = r.metrics
+            keys = tuple(metrics)
+            template = templates.get(keys)
+            if template is None:
+                template = self._template(keys)
+            end = self._end(r.source) if self._source else ""
+            if template:
+                text = (template % tuple(metrics.values())).replace("\0", prefix)
+                add(text.replace("\1", end) if end else text)
+            else:  # a key holding NUL, or no values
+                fields = self._fields(keys)
+                add("".join([f"{prefix}{field},{v!r}{end}\n" for field, v in zip(fields, metrics.values(), strict=True)]))
+        return "".join(blocks)
 
     def _quote(self, text: str) -> str:
         """``_quote(text)``, cached; the caches start afresh past :attr:`cache_bytes`."""

@@ -269,28 +269,9 @@ class LineSink(BaseSink, abc.ABC):
         """``recreated``: how many times the file was deleted or moved away and created again."""
         return {"recreated": float(self._file.recreated)}
 
-    def encode(self, record: Record) -> str:
-        """The lines of one record (what :meth:`format` makes of it).
-
-        The monitor calls it as each record is queued for this sink, on its
-        loop, while the record is fresh in the CPU's caches; the text goes
-        to :meth:`write_encoded`.
-        """
-        return self.format((record,))
-
-    async def write_encoded(self, records: Sequence[Record], encoded: Sequence[str | None]) -> None:
-        """Appends the lines :meth:`encode` made of ``records``, in one append (``None``: formatted now)."""
-        await self._ready()
-        await self._append("".join([
-            text if text is not None else self.format((record,))
-            for record, text in zip(records, encoded, strict=True)
-        ]))
-
     async def _write_batches(self, batches: Sequence[Sequence[Record]]) -> None:
         """All the batches' lines in one append: whole, in order, one trip to the worker thread."""
-        await self._append("".join([self.format(records) for records in batches]))
-
-    async def _append(self, block: str) -> None:
+        block = "".join([self.format(records) for records in batches])
         if block:
             try:
                 data = block.encode()

@@ -93,14 +93,6 @@ class Channel(RecordQueue):
         # a sink's own figures (a network sink's retries, spool size...), added to monitor.stats()
         counters = getattr(sink, "counters", None)
         self._counters: Callable[[], Mapping[str, float]] | None = counters if callable(counters) else None
-        # a sink that encodes each record as it is queued (while it is fresh in the CPU's caches)
-        # and writes the encodings: see Sink
-        encode, write_encoded = getattr(sink, "encode", None), getattr(sink, "write_encoded", None)
-        if callable(encode) and is_async_callable(write_encoded):
-            self.encode = encode
-        self._write_encoded: Callable[[list[Record], list[Any]], Awaitable[None]] | None = (
-            write_encoded if self.encode is not None else None
-        )
         many = getattr(sink, "write_batches", None)
         self._write_batches: Callable[[list[list[Record]]], Awaitable[None]] | None = (
             many if is_async_callable(many) else None
@@ -114,11 +106,10 @@ class Channel(RecordQueue):
         (several); counts and reports; returns how many records it took.
         """
         first = self.head
-        blocks: list[Any] | None = None if self._write_encoded is None else []
-        batches = [self._take(blocks)]
+        batches = [self._take()]
         count = len(batches[0])
         while many and count < left and self.queue:
-            batches.append(self._take(blocks))
+            batches.append(self._take())
             count += len(batches[-1])
         self.writing = first
         self.in_flight = count
@@ -126,10 +117,7 @@ class Channel(RecordQueue):
         start = time.perf_counter()
         error: BaseException | None = None
         try:
-            if blocks is not None:
-                assert self._write_encoded is not None
-                await self._write_encoded([r for batch in batches for r in batch] if len(batches) > 1 else batches[0], blocks)
-            elif len(batches) > 1:
+            if len(batches) > 1:
                 assert self._write_batches is not None
                 await self._write_batches(batches)
             else:
@@ -175,7 +163,7 @@ class Channel(RecordQueue):
     async def run(self) -> None:
         """The writer task: gather records, write them all in batches, repeat until cancelled."""
         queue = self.queue
-        many = self._write_batches is not None or self._write_encoded is not None
+        many = self._write_batches is not None
         me = asyncio.current_task()
         while self.task is me:  # a writer halted while its sink ignored the cancel ends here
             if self.writing is not None:  # a drain of manual mode still writes: after it

@@ -22,8 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import Callable
-from typing import Any
 
 from ._errors import log
 from ._record import Record
@@ -49,10 +47,6 @@ class RecordQueue:
         """The number of the first record of the write in flight, if one is."""
         self.in_flight = 0
         self.epoch = 0  # moves on at each abandon(): a write from before it counts for nothing
-        self.encode: Callable[[Record], Any] | None = None
-        """The sink's ``encode``, when it has one: called on each record as it is queued."""
-        self.encoded: deque[Any] = deque()
-        """What ``encode`` made of each queued record, in step with :attr:`queue` (``None``: it raised)."""
         self._wake: asyncio.Future[None] | None = None  # a writer waits for records on it
         self._wake_at = 1
         self._settlers: list[tuple[int, asyncio.Future[None]]] = []
@@ -69,12 +63,6 @@ class RecordQueue:
         if len(queue) >= self.size and not self.writer_due():
             self._drop_oldest()
         queue.append(record)
-        encode = self.encode
-        if encode is not None:
-            try:
-                self.encoded.append(encode(record))
-            except Exception:  # noqa: BLE001 - encoded again at the write, where the error is the sink's
-                self.encoded.append(None)
         if self._wake is not None and len(queue) >= self._wake_at:
             self._release()
 
@@ -90,8 +78,6 @@ class RecordQueue:
     def _drop_oldest(self) -> None:
         """Makes room in a full queue: the oldest record goes, counted (and warned of once per episode)."""
         self.queue.popleft()
-        if self.encode is not None:
-            self.encoded.popleft()
         self.head += 1
         self.dropped += 1
         if not self.dropping:
@@ -124,28 +110,16 @@ class RecordQueue:
                 self._wake = None
 
     # ------------------------------------------------------------------ taking
-    def _take(self, blocks: list[Any] | None = None) -> list[Record]:
-        """The next batch: up to ``max_batch`` records from the front of the queue.
-
-        Their encodings (see :attr:`encode`) go to the end of ``blocks``.
-        """
+    def _take(self) -> list[Record]:
+        """The next batch: up to ``max_batch`` records from the front of the queue."""
         queue = self.queue
-        encoded = self.encoded
         if len(queue) <= self.max_batch:
             batch = list(queue)
             queue.clear()
-            if blocks is not None:
-                blocks.extend(encoded)
-            encoded.clear()
             self.dropping = False
         else:
             popleft = queue.popleft
             batch = [popleft() for _ in range(self.max_batch)]
-            if encoded:
-                take = encoded.popleft
-                taken = [take() for _ in range(self.max_batch)]
-                if blocks is not None:
-                    blocks.extend(taken)
         self.head += len(batch)
         return batch
 
@@ -192,7 +166,6 @@ class RecordQueue:
         lost = len(queue) + self.in_flight
         self.head += len(queue)
         queue.clear()
-        self.encoded.clear()
         self.abandoned += lost
         self.in_flight = 0
         self.writing = None

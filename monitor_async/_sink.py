@@ -41,15 +41,6 @@ class Sink(Protocol):
     it, so a sink that works on a thread makes one trip there instead of one
     per batch. :class:`BaseSink` has it.
 
-    A sink may also define ``encode(record) -> object`` with ``async def
-    write_encoded(records, encoded)``: the monitor then calls ``encode`` on
-    its loop as each record is queued for the sink (while the record is fresh
-    in the CPU's caches: a file sink formats its lines there) and hands the
-    records of a write with what ``encode`` made of each (``None`` where it
-    raised) to ``write_encoded`` instead of ``write``/``write_batches``.
-    ``encode`` must be cheap and must not block. ``CSVSink`` and
-    ``JSONLSink`` have both.
-
     A sink may also define ``counters() -> Mapping[str, float]``: figures of
     its own (a network sink's ``retries``, ``spooled``...), which
     ``Monitor.stats()`` reports as ``sink/<label>/<key>`` beside the
@@ -82,20 +73,19 @@ class BaseSink:
 
     async def write(self, records: Sequence[Record]) -> None:
         """Writes a batch of records (opening the sink first if needed)."""
-        await self._ready()
-        await self._write(records)
-
-    async def write_batches(self, batches: Sequence[Sequence[Record]]) -> None:
-        """Writes several batches, in order, as one call (see :class:`Sink`)."""
-        await self._ready()
-        await self._write_batches(batches)
-
-    async def _ready(self) -> None:
-        """Raises :class:`SinkClosedError` after ``close()``; opens the sink at its first write."""
         if self._closed:
             raise SinkClosedError(f"sink {self.label!r} is closed; it cannot write any more records")
         if not self._opened:
             await self.open()
+        await self._write(records)
+
+    async def write_batches(self, batches: Sequence[Sequence[Record]]) -> None:
+        """Writes several batches, in order, as one call (see :class:`Sink`)."""
+        if self._closed:
+            raise SinkClosedError(f"sink {self.label!r} is closed; it cannot write any more records")
+        if not self._opened:
+            await self.open()
+        await self._write_batches(batches)
 
     async def open(self) -> None:
         """Opens the sink now instead of at the first write. Idempotent."""

@@ -176,35 +176,3 @@ async def test_rows_can_go_to_a_pipe(tmp_path: Path) -> None:
     finally:
         os.close(read_end)
         os.close(write_end)
-
-
-class _Picky(CSVSink):
-    """Cannot format a record of the watch named "bad" (a sink's own bug)."""
-
-    def encode(self, record: Record) -> str:
-        if record.name == "bad":
-            raise ValueError("cannot format 'bad'")
-        return super().encode(record)
-
-
-async def test_rows_are_formatted_as_records_are_queued_and_a_failing_format_costs_only_its_write(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    path = tmp_path / "m.csv"
-    sink = _Picky(path, name="picky")
-    monitor = Monitor(sink, close_sinks=True, on_error="warn")
-    monitor.watch(Collector(), name="good", rate_keys=[])
-    channel = monitor._channels[0]
-    await monitor.step()
-    assert channel.encode is not None, "a CSVSink's rows are made as its records are queued"
-    rows = read(path)
-    assert [row[1] for row in rows[1:]] and {row[1] for row in rows[1:]} == {"good"}
-    monitor.watch(Collector(), name="bad", rate_keys=[])
-    with caplog.at_level(logging.WARNING, logger="monitor_async"):
-        await monitor.step()
-        await monitor.step()
-    await monitor.stop(log_final=False)
-    stats = monitor.stats()
-    assert stats["sink/picky/errors"] == 2 and stats["sink/picky/dropped"] == 4
-    assert stats["sink/picky/written"] + stats["sink/picky/dropped"] == stats["records"]
-    assert "sink 'picky' failed to write 2 records: ValueError(\"cannot format 'bad'\")" in caplog.text
