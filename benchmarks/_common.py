@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from monitor_async._record import Record, new_record
+from monitor_async._record import new_record
 from monitor_async._watch import DEFAULT_RATE_NAMES
 from monitor_async.backends import CSVSink
 
@@ -157,26 +157,30 @@ class Bare:
 
     def rows(self) -> bytes:
         """One poll of every target, as the CSV rows ``CSVSink`` would append for it."""
-        records: list[Record] = []
-        last = self.last
-        for name, prefix, target in self.targets:
-            metrics = {prefix + key: float(value) for key, value in target.stats().items()}
-            now = time.monotonic()
-            pairs = self.pairs.get(name)
-            if pairs is None:
-                pairs = self.pairs[name] = [
-                    (prefix + key, prefix + rate) for key, rate in self.rates if prefix + key in metrics
-                ]
-            counters = {key: metrics[key] for key, _ in pairs}
-            before = last.get(name)
-            if before is not None:
-                elapsed = now - before[0]
-                for key, rate in pairs:
-                    metrics[rate] = (counters[key] - before[1][key]) / elapsed
-            last[name] = (now, counters)
-            records.append(new_record(name, None, time.time(), metrics))
+        records = [
+            new_record(name, None, time.time(), self.metrics(name, prefix, target))
+            for name, prefix, target in self.targets
+        ]
         text: str = self.csv.format(records)
         return text.encode()
+
+    def metrics(self, name: str, prefix: str, target: Any) -> dict[str, float]:
+        """One poll of ``target``: its ``prefix``-namespaced float dict and the rates of its counters."""
+        metrics = {prefix + key: float(value) for key, value in target.stats().items()}
+        now = time.monotonic()
+        pairs = self.pairs.get(name)
+        if pairs is None:
+            pairs = self.pairs[name] = [
+                (prefix + key, prefix + rate) for key, rate in self.rates if prefix + key in metrics
+            ]
+        counters = {key: metrics[key] for key, _ in pairs}
+        before = self.last.get(name)
+        if before is not None:
+            elapsed = now - before[0]
+            for key, rate in pairs:
+                metrics[rate] = (counters[key] - before[1][key]) / elapsed
+        self.last[name] = (now, counters)
+        return metrics
 
 
 class ClockedKeys(TwelveKeys):

@@ -68,7 +68,6 @@ from pathlib import Path
 from typing import NamedTuple
 
 from monitor_async import SyncMonitor
-from monitor_async._watch import DEFAULT_RATE_NAMES
 from monitor_async.backends import CSVSink
 from monitor_async.backends._files import LineFile
 
@@ -189,9 +188,7 @@ class PlainThread:
             file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (the with block below closes it)
         finally:
             self.ready.set()  # start() returns even if the file cannot be opened
-        rates = list(DEFAULT_RATE_NAMES.items())
-        pairs_of: dict[str, list[tuple[str, str]]] = {}
-        last: dict[str, tuple[float, dict[str, float]]] = {}
+        polls = Bare([target for _, _, target in self.targets])  # its metrics(): the dict and the rates
         lines: list[str] = []
         interval, done = self.interval, self.done
         with file:
@@ -202,20 +199,7 @@ class PlainThread:
             k = 0
             while True:
                 for name, prefix, target in self.targets:
-                    metrics = {prefix + key: float(value) for key, value in target.stats().items()}
-                    now = time.monotonic()
-                    pairs = pairs_of.get(name)
-                    if pairs is None:
-                        pairs = pairs_of[name] = [
-                            (prefix + key, prefix + rate) for key, rate in rates if prefix + key in metrics
-                        ]
-                    counters = {key: metrics[key] for key, _ in pairs}
-                    before = last.get(name)
-                    if before is not None:
-                        elapsed = now - before[0]
-                        for key, rate in pairs:
-                            metrics[rate] = (counters[key] - before[1][key]) / elapsed
-                    last[name] = (now, counters)
+                    metrics = polls.metrics(name, prefix, target)
                     row = f"{time.time()!r},{name},,"
                     lines += [f"{row}{key},{value!r}\n" for key, value in metrics.items()]
                 if time.monotonic() >= due:

@@ -118,13 +118,8 @@ class Poller:
         except Busy:
             counters.polls_missed += 1
             return None
-        except Exception as exc:  # noqa: BLE001 - reported through on_error
-            self.fail(watch, f"stats() of watch {watch.name!r} raised {describe(exc)}", exc)
-            return None
-        except BaseException as exc:
-            if must_propagate(exc):
-                raise
-            self.fail(watch, f"stats() of watch {watch.name!r} raised {describe(exc)}", exc)
+        except BaseException as exc:  # noqa: BLE001 - reported through on_error, unless it must propagate
+            self._raised(watch, exc)
             return None
         if type(raw) is not dict and inspect.isawaitable(raw):
             return raw
@@ -152,15 +147,16 @@ class Poller:
                 PollTimeoutError(f"stats() of watch {watch.name!r} timed out after {watch.timeout:g}s"),
             )
             return None
-        except Exception as exc:  # noqa: BLE001
-            self.fail(watch, f"stats() of watch {watch.name!r} raised {describe(exc)}", exc)
-            return None
-        except BaseException as exc:
-            if must_propagate(exc):
-                raise
-            self.fail(watch, f"stats() of watch {watch.name!r} raised {describe(exc)}", exc)
+        except BaseException as exc:  # noqa: BLE001 - reported through on_error, unless it must propagate
+            self._raised(watch, exc)
             return None
         return self.finish(watch, raw, force)
+
+    def _raised(self, watch: Watch, exc: BaseException) -> None:
+        """``stats()`` of ``watch`` raised ``exc``: a failure of the watch, or re-raised (see ``must_propagate``)."""
+        if must_propagate(exc):
+            raise exc
+        self.fail(watch, f"stats() of watch {watch.name!r} raised {describe(exc)}", exc)
 
     def finish(self, watch: Watch, raw: Any, force: bool = False) -> Record | None:
         """Turns a ``stats()`` result into a Record and fans it out when due."""

@@ -14,16 +14,8 @@ from collections import Counter
 
 from monitor_async import Monitor, SyncMonitor
 from monitor_async.backends import MemorySink
+from tests.helpers import Counter as Target
 from tests.reliability.faults import wait_until, wait_until_sync
-
-
-class Tiny:
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def stats(self) -> dict[str, float]:
-        self.calls += 1
-        return {"calls": self.calls, "depth": 3}
 
 
 def _every_record_arrived(monitor: Monitor | SyncMonitor, sink: MemorySink) -> None:
@@ -35,7 +27,7 @@ def _every_record_arrived(monitor: Monitor | SyncMonitor, sink: MemorySink) -> N
 async def test_first_polls_of_more_watches_than_the_queue_holds_are_all_written() -> None:
     # 256 watches start together and are polled in one pass: four times what the queue holds
     sink = MemorySink()
-    targets = [Tiny() for _ in range(600)]
+    targets = [Target(depth=3) for _ in range(600)]
     monitor = Monitor(sink, poll_interval=30.0, queue_size=64)
     for i, target in enumerate(targets):
         monitor.watch(target, name=f"t{i}")
@@ -52,7 +44,7 @@ async def test_first_polls_of_more_watches_than_the_queue_holds_are_all_written(
 async def test_final_snapshots_of_thousands_of_watches_fit_the_default_queue() -> None:
     sink = MemorySink()
     monitor = Monitor(sink, poll_interval=30.0)
-    targets = [Tiny() for _ in range(3000)]
+    targets = [Target(depth=3) for _ in range(3000)]
     for i, target in enumerate(targets):
         monitor.watch(target, name=f"t{i}")
     await monitor.start()
@@ -66,7 +58,7 @@ async def test_a_step_of_thousands_of_watches_is_written_whole() -> None:
     sink = MemorySink()
     monitor = Monitor(sink)
     for i in range(3000):
-        monitor.watch(Tiny(), name=f"t{i}")
+        monitor.watch(Target(depth=3), name=f"t{i}")
     logged = await monitor.step()
     assert len(logged) == 3000
     _every_record_arrived(monitor, sink)
@@ -75,7 +67,7 @@ async def test_a_step_of_thousands_of_watches_is_written_whole() -> None:
 
 def test_sync_monitor_start_up_and_stop_of_thousands_of_watches() -> None:
     sink = MemorySink()
-    targets = [Tiny() for _ in range(2500)]
+    targets = [Target(depth=3) for _ in range(2500)]
     with SyncMonitor(sink, poll_interval=30.0) as monitor:
         for i, target in enumerate(targets):
             monitor.watch(target, name=f"t{i}")
