@@ -107,7 +107,7 @@ class Poller:
         failed); an awaitable answer is returned as is, for :meth:`complete`
         to await under the watch's timeout.
         """
-        # begin(), inline: this is the path of every background poll
+        # the call of stats() is made here, not in a helper: this is the path of every background poll
         counters = self.counters
         counters.polls += 1
         if self.stuck and self._still_stuck(watch):
