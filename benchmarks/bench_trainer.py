@@ -34,9 +34,10 @@ rate into the same CSV rows with no monitor:
   of the per-round ratios ours / plain thread (the two run in the same
   round, so the machine's drift between rounds cancels out);
 - the bare loop (:class:`~benchmarks._common.Bare` on a plain asyncio loop,
-  its rows appended through the same aiofiles append every five ticks,
-  about as often as our sink appends): what the event loop and aiofiles
-  cost on top of the plain thread, apart from the monitor.
+  polled from one ``loop.call_at`` timer a tick as our timers do, its rows
+  appended through the same aiofiles append as our ``CSVSink`` every five
+  ticks, about as often as our sink appends): what the event loop and the
+  safe appends cost on top of the plain thread, apart from the monitor.
 
 They tell what polling these targets from a second thread costs the trainer
 on this machine, whatever does it: how much of the loss is the monitor's
@@ -221,27 +222,38 @@ def _plain(root: Path, n: int, targets: int, seconds: float, interval: float) ->
 
 
 async def _bare_loop(bare: Bare, path: Path, interval: float, ready: threading.Event, done: threading.Event) -> None:
-    """Polls every ``interval`` until ``done``; every fifth tick's rows go out in one append."""
+    """Polls every ``interval`` from one timer callback until ``done``; every fifth tick's rows go out in one append.
+
+    One ``loop.call_at`` timer per tick, as our monitor's timers poll a
+    tick's watches in one callback (an ``asyncio.sleep`` loop would take two
+    passes of the loop per tick).
+    """
     file = LineFile(path, "floor", header=CSVSink.header)
     try:
         await file.open()
     finally:
         ready.set()  # start() returns even if the file cannot be opened (the thread then ends with the error)
     loop = asyncio.get_running_loop()
+    finished: asyncio.Future[None] = loop.create_future()
     blocks: list[bytes] = []
-    writing: asyncio.Task[None] | None = None
+    writing: list[asyncio.Task[None]] = []  # the append in flight, if any
     start = loop.time()
-    ticks = 0
+
+    def tick(k: int) -> None:
+        if done.is_set():
+            finished.set_result(None)
+            return
+        blocks.append(bare.rows())
+        if len(blocks) >= 5 and (not writing or writing[0].done()):
+            writing[:] = [loop.create_task(file.write(b"".join(blocks)))]
+            blocks.clear()
+        loop.call_at(start + (k + 1) * interval, tick, k + 1)
+
+    loop.call_at(start, tick, 0)
     try:
-        while not done.is_set():
-            blocks.append(bare.rows())
-            if len(blocks) >= 5 and (writing is None or writing.done()):
-                writing = loop.create_task(file.write(b"".join(blocks)))
-                blocks.clear()
-            ticks += 1
-            await asyncio.sleep(max(0.0, start + ticks * interval - loop.time()))
-        if writing is not None:
-            await writing
+        await finished
+        if writing:
+            await writing[0]
     finally:
         await file.close()
 
