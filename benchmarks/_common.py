@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import logging
 import time
@@ -23,9 +24,11 @@ __all__ = [
     "TwelveKeys",
     "best_rate",
     "has_torchrl",
+    "loop_window",
     "quiet",
     "slot_share",
     "torchrl_monitor",
+    "window",
 ]
 
 
@@ -249,6 +252,22 @@ def slot_share(times: Iterable[float], start: float, end: float, interval: float
     limit = start + slots * interval
     hit = {int((t - start) // interval) for t in times if start <= t < limit}
     return len(hit), slots
+
+
+def window(warmup: float, seconds: float) -> tuple[float, float, float, float]:
+    """Sleeps through ``warmup``, then measures ``(wall0, wall1, cpu0, cpu1)`` of the process over ``seconds``."""
+    time.sleep(warmup)
+    wall0, cpu0 = time.monotonic(), time.process_time()
+    time.sleep(seconds)
+    return wall0, time.monotonic(), cpu0, time.process_time()
+
+
+async def loop_window(warmup: float, seconds: float) -> tuple[float, float, float, float]:
+    """:func:`window` on a running event loop: the loop goes on meanwhile."""
+    await asyncio.sleep(warmup)
+    wall0, cpu0 = time.monotonic(), time.process_time()
+    await asyncio.sleep(seconds)
+    return wall0, time.monotonic(), cpu0, time.process_time()
 
 
 def best_rate(runs: Sequence[float]) -> float:

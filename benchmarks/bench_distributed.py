@@ -43,7 +43,7 @@ from typing import Any
 
 from monitor_async import Monitor
 
-from ._common import NoopSink, Row, quiet, slot_share
+from ._common import NoopSink, Row, loop_window, quiet, slot_share
 
 __all__ = ["run_ray_sink", "run_ray_targets", "run_reduce"]
 
@@ -101,10 +101,7 @@ async def _ours(actors: list[Any], interval: float, warmup: float, seconds: floa
     for i, actor in enumerate(actors):
         monitor.watch(actor, name=f"actor{i}")
     await monitor.start()
-    await asyncio.sleep(warmup)
-    wall0, cpu0 = time.monotonic(), time.process_time()
-    await asyncio.sleep(seconds)
-    wall1, cpu1 = time.monotonic(), time.process_time()
+    wall0, wall1, cpu0, cpu1 = await loop_window(warmup, seconds)
     await monitor.stop(log_final=False)
     return wall0, wall1, (cpu1 - cpu0) / (wall1 - wall0)
 
@@ -121,10 +118,7 @@ async def _bare(actors: list[Any], interval: float, warmup: float, seconds: floa
             await asyncio.sleep(max(0.0, due - loop.time()))
 
     task = asyncio.create_task(tick())
-    await asyncio.sleep(warmup)
-    wall0, cpu0 = time.monotonic(), time.process_time()
-    await asyncio.sleep(seconds)
-    wall1, cpu1 = time.monotonic(), time.process_time()
+    wall0, wall1, cpu0, cpu1 = await loop_window(warmup, seconds)
     task.cancel()
     return wall0, wall1, (cpu1 - cpu0) / (wall1 - wall0)
 

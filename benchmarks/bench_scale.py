@@ -51,7 +51,7 @@ from typing import Any
 
 from monitor_async import Monitor
 
-from ._common import NoopSink, Row
+from ._common import NoopSink, Row, loop_window, window
 
 __all__ = ["run"]
 
@@ -118,14 +118,6 @@ def _poll_group(group: list[tuple[str, Tiny]]) -> None:
     del batch
 
 
-def _window(warmup: float, seconds: float) -> tuple[float, float, float, float]:
-    """Sleeps through ``warmup``, then measures ``(wall0, wall1, cpu0, cpu1)`` over ``seconds``."""
-    time.sleep(warmup)
-    wall0, cpu0 = time.monotonic(), time.process_time()
-    time.sleep(seconds)
-    return wall0, time.monotonic(), cpu0, time.process_time()
-
-
 def _plain_floor(
     targets: int, interval: float, groups: int, warmup: float, seconds: float
 ) -> tuple[float, float, float, float, int]:
@@ -145,7 +137,7 @@ def _plain_floor(
     thread = threading.Thread(target=poll, name="plain-floor", daemon=True)
     thread.start()
     try:
-        wall0, wall1, cpu0, cpu1 = _window(warmup, seconds)
+        wall0, wall1, cpu0, cpu1 = window(warmup, seconds)
     finally:
         done.set()
         thread.join()
@@ -168,10 +160,7 @@ async def _loop_floor_main(
     for g in range(groups):
         handles.append(loop.call_at(start + g * step, fire, g, start + g * step))
     try:
-        await asyncio.sleep(warmup)
-        wall0, cpu0 = time.monotonic(), time.process_time()
-        await asyncio.sleep(seconds)
-        return wall0, time.monotonic(), cpu0, time.process_time()
+        return await loop_window(warmup, seconds)
     finally:
         for handle in handles:
             handle.cancel()
@@ -198,10 +187,7 @@ async def _measure(
     for n, target in enumerate(targets):
         monitor.watch(target, name=f"t{n}")
     await monitor.start()
-    await asyncio.sleep(warmup)
-    wall0, cpu0 = time.monotonic(), time.process_time()
-    await asyncio.sleep(seconds)
-    wall1, cpu1 = time.monotonic(), time.process_time()
+    wall0, wall1, cpu0, cpu1 = await loop_window(warmup, seconds)
     stats = monitor.stats()
     await monitor.stop(log_final=True)  # every watch's final snapshot, all at once
     after = monitor.stats()  # the drops of the whole run: start-up, polling and the final snapshots
