@@ -63,20 +63,29 @@ def csv_rows(path: Path) -> list[list[str]]:
         return list(csv.reader(f))
 
 
-async def test_keys_utf8_cannot_encode_are_escaped_and_counted_never_failing_a_batch(tmp_path: Path) -> None:
-    bad = {"ok": 1.0, SURROGATE + "x": 2.0, "nul\0key": 3.0}
-    csv_sink = CSVSink(tmp_path / "m.csv", name="csv")
-    jsonl_sink = JSONLSink(tmp_path / "m.jsonl", name="jsonl")
-    tb_sink = TensorBoardSink(tmp_path / "tb", name="tb")
+async def _through_every_sink(
+    tmp_path: Path, target: Settable, name: str, steps: int
+) -> tuple[dict[str, float], dict[tuple[str, str | None], float]]:
+    """``steps`` steps of ``target`` (as ``name``) and a healthy watch into CSV, JSONL, TensorBoard and
+    Prometheus sinks under ``tmp_path``; the monitor's stats after stop and the Prometheus scrape."""
     prom_sink = PrometheusSink(port=0, name="prom")
-    monitor = Monitor([csv_sink, jsonl_sink, tb_sink, prom_sink], close_sinks=True)
-    monitor.watch(Settable(bad), name="t")
+    sinks = [
+        CSVSink(tmp_path / "m.csv", name="csv"), JSONLSink(tmp_path / "m.jsonl", name="jsonl"),
+        TensorBoardSink(tmp_path / "tb", name="tb"), prom_sink,
+    ]
+    monitor = Monitor(sinks, close_sinks=True)
+    monitor.watch(target, name=name)
     monitor.watch(Ticker(), name="healthy")
-    await monitor.step()
-    await monitor.step()
+    for _ in range(steps):
+        await monitor.step()
     samples = await scrape(prom_sink.url)
     await monitor.stop(log_final=False)
-    stats = monitor.stats()
+    return monitor.stats(), samples
+
+
+async def test_keys_utf8_cannot_encode_are_escaped_and_counted_never_failing_a_batch(tmp_path: Path) -> None:
+    bad = {"ok": 1.0, SURROGATE + "x": 2.0, "nul\0key": 3.0}
+    stats, samples = await _through_every_sink(tmp_path, Settable(bad), "t", steps=2)
 
     for label in ("csv", "jsonl", "tb", "prom"):
         assert stats[f"sink/{label}/errors"] == 0, f"{label}: a batch failed"
@@ -108,17 +117,7 @@ async def test_keys_utf8_cannot_encode_are_escaped_and_counted_never_failing_a_b
 
 async def test_a_watch_name_utf8_cannot_encode_is_escaped_in_every_sink(tmp_path: Path) -> None:
     name = "w" + SURROGATE
-    csv_sink = CSVSink(tmp_path / "m.csv", name="csv")
-    jsonl_sink = JSONLSink(tmp_path / "m.jsonl", name="jsonl")
-    tb_sink = TensorBoardSink(tmp_path / "tb", name="tb")
-    prom_sink = PrometheusSink(port=0, name="prom")
-    monitor = Monitor([csv_sink, jsonl_sink, tb_sink, prom_sink], close_sinks=True)
-    monitor.watch(Settable({"x": 1.5}), name=name)
-    monitor.watch(Ticker(), name="healthy")
-    await monitor.step()
-    samples = await scrape(prom_sink.url)
-    await monitor.stop(log_final=False)
-    stats = monitor.stats()
+    stats, samples = await _through_every_sink(tmp_path, Settable({"x": 1.5}), name, steps=1)
     for label in ("csv", "jsonl", "tb", "prom"):
         assert stats[f"sink/{label}/errors"] == 0, f"{label}: a batch failed"
         assert stats[f"sink/{label}/written"] == 2
