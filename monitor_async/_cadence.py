@@ -167,9 +167,11 @@ class Ticks:
     def _poll(self, due: list[Watch]) -> None:
         """One poll of each carried watch due now, in the order they were booked."""
         poller = self.poller
-        poll = poller.poll_once
+        poll = poller.poll_carried
         counters = poller.counters
         clock = self.clock
+        booked = -1.0  # the last due time booked, and its list: the watches of a tick mostly share the next one
+        following: list[Watch] = []
         for watch in due:
             waiter = watch.waiter
             if waiter is None or waiter.done():  # its task was cancelled: unwatch(), stop(), on_error="raise"
@@ -183,7 +185,19 @@ class Ticks:
                     waiter.set_result(result)  # an awaitable: its task awaits it under the watch's timeout
                     continue
                 if not waiter.done():
-                    self._book(watch, next_due(watch, clock(), counters))
+                    # next_due(), inline for the common case: the next slot is still ahead
+                    slot = watch.slot + 1
+                    when = watch.origin + slot * watch.interval
+                    if clock() > when:
+                        when = next_due(watch, clock(), counters)
+                    else:
+                        watch.slot = slot
+                    if when == booked:
+                        watch.due = when
+                        following.append(watch)
+                    else:
+                        self._book(watch, when)
+                        booked, following = when, self.carried[when]
             except BaseException as exc:  # noqa: BLE001 - a bug, or KeyboardInterrupt in stats(): its task raises it
                 if not waiter.done():
                     waiter.set_exception(exc)

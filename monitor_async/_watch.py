@@ -68,6 +68,7 @@ class Watch(TimerSlot):
         "name",
         "next_log",
         "next_threshold",
+        "plain",
         "rate_pairs",
         "rates_live",
         "rates_overlap",
@@ -140,6 +141,8 @@ class Watch(TimerSlot):
         self.has_logged = False
         self.failing = False
         self.capped = False
+        # no schedule, no rate named like a counter, snapshot() not overridden: steady() may take the poll
+        self.plain = schedule is None and not self.rates_overlap and type(self).snapshot is Watch.snapshot
         TimerSlot.__init__(self)
         # a thread-offloaded stats() is flattened on its worker thread (see prepare)
         caller.owner = self
@@ -203,6 +206,69 @@ class Watch(TimerSlot):
         self.baseline_time = self.last_log_time = now
         self.has_logged = True
         return new_record(self.name, step, _time(), metrics, self.source), dropped
+
+    def steady(self, raw: dict[Any, Any]) -> Record | None:
+        """:meth:`snapshot` of the common background poll, in one piece; ``None``: take :meth:`snapshot`.
+
+        The common poll: a :attr:`plain` watch past its first poll, whose
+        ``stats()`` gave a dict of keys it has seen before, each value a
+        finite ``float``, ``int`` or ``bool``, no more than ``max_values`` of
+        them. The record is the one :meth:`snapshot` makes of it (the same
+        names, values, rates and step), with one loop over the values and no
+        call per value. Anything else (a new key, a value to convert or leave
+        out, a nested mapping, two keys giving one name, the first poll, a
+        rate over a sliver of time) returns ``None`` having changed nothing,
+        and the caller reads the snapshot in full with :meth:`snapshot`.
+        """
+        since = self.baseline_time
+        if since is None or self.keys.careful:
+            return None
+        try:
+            copy = raw.copy()  # private: a target mutating its dict cannot break the read
+            if len(copy) > self.max_values:
+                return None
+            names = self.keys.names
+            metrics: dict[str, float] = {}
+            for key, value in copy.items():
+                kind = type(value)
+                if kind is float:
+                    if value - value != 0.0:  # inf or nan: left out, by snapshot()
+                        return None
+                elif kind is int or kind is bool:
+                    value = value + 0.0
+                else:
+                    return None
+                metrics[names[key]] = value
+        except Exception:  # noqa: BLE001 - a new key, an int too large for a float...: snapshot() reads it
+            return None
+        if len(metrics) != len(copy):  # two keys gave one name (1 and "1"): snapshot() keeps the first
+            return None
+        now = _monotonic()
+        if now <= since or (self.background and now - since < 0.5 * self.interval):
+            return None
+        step = None
+        if self.step_key is not None:
+            counter = metrics.get(self.step_key)
+            if counter is not None:
+                step = int(counter)
+        if self.keys.added != self.rates_seen:
+            self._find_rates()
+        counters = _NO_COUNTERS
+        if self.rates_live:
+            counters = {}
+            elapsed = now - since
+            baseline = self.baseline
+            for key, rate in self.rates_live:
+                current = metrics.get(key)
+                if current is not None:
+                    counters[key] = current
+                    previous = baseline.get(key)
+                    if previous is not None and current >= previous:
+                        metrics[rate] = (current - previous) / elapsed
+        self.baseline = counters
+        self.baseline_time = self.last_log_time = now
+        self.has_logged = True
+        return new_record(self.name, step, _time(), metrics, self.source)
 
     def prepare(self, raw: Any) -> Any:
         """On a worker thread: a mapping ``stats()`` returned, flattened there (:meth:`snapshot` takes it as is).
