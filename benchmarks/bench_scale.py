@@ -30,8 +30,14 @@ interval / 40``, waited for with ``Event.wait``), building each target's
 after the group. That is the least any poller does for these targets at
 this rate. A second floor does the same on a bare asyncio loop (one
 ``loop.call_at`` timer per group, re-armed each interval): what the event
-loop adds to the plain thread. Each floor's thread or loop has ended before
-the next measurement starts.
+loop adds to the plain thread. A third, the records floor, makes what a
+monitor must make of each poll on that loop: each value checked and made a
+float under its namespaced key, one ``Record`` per poll, the records kept
+for a writer (a timer drops them every 0.25 s, the default ``batch_wait``).
+Nothing else: no schedule, rates, counters, queue or sink. It shows how much
+of the gap to the plain thread comes with records themselves (built, kept,
+then freed from memory that has gone cold). Each floor's thread or loop has
+ended before the next measurement starts.
 
 TorchRL's ``LoggerMonitor`` has no per-target schedule (one thread polls
 every target in turn, then waits ``poll_interval``), so it has no slots to
@@ -46,10 +52,12 @@ import gc
 import threading
 import time
 from array import array
+from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
-from monitor_async import Monitor
+from monitor_async import Monitor, Record
+from monitor_async._record import new_record
 
 from ._common import NoopSink, Row, loop_window, window
 
@@ -175,6 +183,65 @@ def _loop_floor(
     return wall0, wall1, cpu0, cpu1, _polls(watched, wall0, wall1)
 
 
+def _record_group(group: list[tuple[str, dict[str, str], Tiny]], kept: deque[Record]) -> None:
+    """Polls one group into records kept for a writer: each value checked and made a float as the monitor does."""
+    keep = kept.append
+    for name, names, target in group:
+        metrics: dict[str, float] = {}
+        for key, value in target.stats().items():
+            kind = type(value)
+            if kind is float:
+                if value - value != 0.0:  # inf or nan: left out
+                    continue
+            elif kind is int or kind is bool:
+                value = value + 0.0
+            else:
+                continue
+            metrics[names[key]] = value
+        keep(new_record(name, None, time.time(), metrics))
+
+
+async def _records_floor_main(
+    watched: list[Tiny], interval: float, groups: int, warmup: float, seconds: float
+) -> tuple[float, float, float, float]:
+    loop = asyncio.get_running_loop()
+    keys = tuple(watched[0].stats())
+    parts = [
+        [(f"t{i}", {key: f"t{i}/{key}" for key in keys}, watched[i]) for i in range(g, len(watched), groups)]
+        for g in range(groups)
+    ]
+    step = interval / groups
+    start = loop.time()
+    kept: deque[Record] = deque()
+    handles: list[asyncio.TimerHandle] = []
+
+    def fire(g: int, when: float) -> None:
+        _record_group(parts[g], kept)
+        handles[g] = loop.call_at(when + interval, fire, g, when + interval)
+
+    def write() -> None:  # what a writer does with them: they go, every 0.25 s (the default batch_wait)
+        kept.clear()
+        handles[-1] = loop.call_later(0.25, write)
+
+    for g in range(groups):
+        handles.append(loop.call_at(start + g * step, fire, g, start + g * step))
+    handles.append(loop.call_later(0.25, write))
+    try:
+        return await loop_window(warmup, seconds)
+    finally:
+        for handle in handles:
+            handle.cancel()
+
+
+def _records_floor(
+    targets: int, interval: float, groups: int, warmup: float, seconds: float
+) -> tuple[float, float, float, float, int]:
+    """The records floor: the bare loop's polls made into checked records, kept until a timer drops them."""
+    watched = [Tiny() for _ in range(targets)]
+    wall0, wall1, cpu0, cpu1 = asyncio.run(_records_floor_main(watched, interval, groups, warmup, seconds))
+    return wall0, wall1, cpu0, cpu1, _polls(watched, wall0, wall1)
+
+
 def _polls(targets: Sequence[Tiny], start: float, end: float) -> int:
     """``stats()`` calls begun in ``[start, end)``."""
     return sum(bisect.bisect_left(t.times, end) - bisect.bisect_left(t.times, start) for t in targets)
@@ -211,8 +278,10 @@ def run(
     # the floors first, each on its own fresh targets, each ended before the next starts
     plain = _plain_floor(targets, interval, groups, warmup, seconds)
     bare = _loop_floor(targets, interval, groups, warmup, seconds)
+    records = _records_floor(targets, interval, groups, warmup, seconds)
     share_plain = (plain[3] - plain[2]) / (plain[1] - plain[0])
     share_bare = (bare[3] - bare[2]) / (bare[1] - bare[0])
+    share_records = (records[3] - records[2]) / (records[1] - records[0])
 
     watched = [Tiny() for _ in range(targets)]
     gcwatch = GCWatch()
@@ -265,4 +334,12 @@ def run(
             note=f"{groups} groups a second, float dicts built and dropped, no sink; {polled(plain)}", who="floor"),
         Row(scenario, "floor: process CPU share, bare asyncio loop, one timer per group", share_bare, unit="share",
             note=f"the same polls from loop.call_at callbacks; {polled(bare)}", who="floor"),
+        Row(scenario, "floor: process CPU share, bare loop making checked records kept for a writer",
+            share_records, unit="share", floor=share_plain, note=(
+                "the bare loop's polls, each value checked and made a float as the monitor does, one Record "
+                "per poll kept in a deque that a timer empties every 0.25 s; no schedule, rates, counters or "
+                f"queue; {polled(records)}; {share_records / share_plain:.2f}x the plain thread, "
+                f"ours {share / share_records:.2f}x this floor" if share_plain > 0 and share_records > 0
+                else "no CPU counted"
+            ), who="floor"),
     ]

@@ -22,7 +22,7 @@ TorchRL's is ``LoggerMonitor(CSVLogger)`` (its polling thread). Three figures:
   GIL, makes only a handful of ``stats()`` calls in the window (the note
   says how many), so its figure says more about that than about a poll.
 
-Two floors run in the same rounds, polling the same targets at the same
+Three floors run in the same rounds, polling the same targets at the same
 rate into the same CSV rows with no monitor:
 
 - the plain thread (:class:`PlainThread`): a ``threading.Thread`` with no
@@ -37,7 +37,12 @@ rate into the same CSV rows with no monitor:
   polled from one ``loop.call_at`` timer a tick as our timers do, its rows
   appended through the same aiofiles append as our ``CSVSink`` every five
   ticks, about as often as our sink appends): what the event loop and the
-  safe appends cost on top of the plain thread, apart from the monitor.
+  safe appends cost on top of the plain thread, apart from the monitor;
+- the bare loop writing nothing: the same loop, its rows formatted and
+  dropped. It is the least a thread running an event loop spends on these
+  polls and rows here; its ratio to the plain thread (which does write) is
+  printed beside it, the bound under which no event loop goes on this
+  machine.
 
 They tell what polling these targets from a second thread costs the trainer
 on this machine, whatever does it: how much of the loss is the monitor's
@@ -221,16 +226,20 @@ def _plain(root: Path, n: int, targets: int, seconds: float, interval: float) ->
     return _run_with(plain.start, plain.stop, watched, seconds, interval)
 
 
-async def _bare_loop(bare: Bare, path: Path, interval: float, ready: threading.Event, done: threading.Event) -> None:
+async def _bare_loop(
+    bare: Bare, path: Path | None, interval: float, ready: threading.Event, done: threading.Event
+) -> None:
     """Polls every ``interval`` from one timer callback until ``done``; every fifth tick's rows go out in one append.
 
     One ``loop.call_at`` timer per tick, as our monitor's timers poll a
     tick's watches in one callback (an ``asyncio.sleep`` loop would take two
-    passes of the loop per tick).
+    passes of the loop per tick). With no ``path`` the rows are formatted
+    and dropped: nothing is written.
     """
-    file = LineFile(path, "floor", header=CSVSink.header)
+    file = None if path is None else LineFile(path, "floor", header=CSVSink.header)
     try:
-        await file.open()
+        if file is not None:
+            await file.open()
     finally:
         ready.set()  # start() returns even if the file cannot be opened (the thread then ends with the error)
     loop = asyncio.get_running_loop()
@@ -244,7 +253,9 @@ async def _bare_loop(bare: Bare, path: Path, interval: float, ready: threading.E
             finished.set_result(None)
             return
         blocks.append(bare.rows())
-        if len(blocks) >= 5 and (not writing or writing[0].done()):
+        if file is None:
+            blocks.clear()
+        elif len(blocks) >= 5 and (not writing or writing[0].done()):
             writing[:] = [loop.create_task(file.write(b"".join(blocks)))]
             blocks.clear()
         loop.call_at(start + (k + 1) * interval, tick, k + 1)
@@ -255,14 +266,17 @@ async def _bare_loop(bare: Bare, path: Path, interval: float, ready: threading.E
         if writing:
             await writing[0]
     finally:
-        await file.close()
+        if file is not None:
+            await file.close()
 
 
-def _floor(root: Path, n: int, targets: int, seconds: float, interval: float) -> Run:
+def _floor(root: Path | None, n: int, targets: int, seconds: float, interval: float) -> Run:
+    """The bare loop's run; with no ``root``, the loop that writes nothing (its rows formatted and dropped)."""
     watched = [ClockedKeys() for _ in range(targets)]
     ready, done = threading.Event(), threading.Event()
+    path = None if root is None else root / f"floor{n}.csv"
     thread = threading.Thread(
-        target=asyncio.run, args=(_bare_loop(Bare(watched), root / f"floor{n}.csv", interval, ready, done),),
+        target=asyncio.run, args=(_bare_loop(Bare(watched), path, interval, ready, done),),
         name="floor", daemon=True,
     )
 
@@ -319,6 +333,7 @@ def run(
     ours: list[Run] = []
     plain: list[Run] = []
     floor: list[Run] = []
+    silent: list[Run] = []  # the bare loop that writes nothing
     theirs: list[Run] = []
     train(0.5)  # warm up the CPU and the interpreter
     with tempfile.TemporaryDirectory(prefix="monitor-async-bench-") as tmp:
@@ -328,6 +343,7 @@ def run(
             lambda n: ours.append(_ours(root, n, targets, seconds, interval)),
             lambda n: plain.append(_plain(root, n, targets, seconds, interval)),
             lambda n: floor.append(_floor(root, n, targets, seconds, interval)),
+            lambda n: silent.append(_floor(None, n, targets, seconds, interval)),
         ]
         if with_torchrl:
             runs.append(lambda n: theirs.append(_theirs(root, n, targets, seconds, interval)))
@@ -350,15 +366,23 @@ def run(
     polls_ours = statistics.median(run.kept for run in ours)
     polls_theirs = statistics.median(run.kept for run in theirs) if theirs else None
     cpu_ours, cpu_plain, cpu_floor, cpu_theirs = per_poll(ours), per_poll(plain), per_poll(floor), per_poll(theirs)
-    over = sorted(
-        a / b for a, b in ((o.per_poll, p.per_poll) for o, p in zip(ours, plain, strict=True))
-        if a is not None and b is not None and b > 0
-    )
+    cpu_silent = per_poll(silent)
+
+    def over_rounds(variant: list[Run]) -> list[float]:
+        """``variant`` over the plain thread, round by round, sorted."""
+        return sorted(
+            a / b for a, b in ((o.per_poll, p.per_poll) for o, p in zip(variant, plain, strict=True))
+            if a is not None and b is not None and b > 0
+        )
+
+    over = over_rounds(ours)
     over_plain = statistics.median(over) if over else None
+    silent_over = over_rounds(silent)
     scenario = f"6. CPU-bound trainer, monitor in background ({targets} targets at {hz:g} Hz into CSV)"
     pauses = (
         f"trainer time lost in pauses: alone {paused(alone):.1%}, ours {paused(ours):.1%}, "
-        f"plain thread {paused(plain):.1%}, bare loop {paused(floor):.1%}"
+        f"plain thread {paused(plain):.1%}, bare loop {paused(floor):.1%}, bare loop writing nothing "
+        f"{paused(silent):.1%}"
     )
     if theirs:
         pauses += f", TorchRL {paused(theirs):.1%}"
@@ -369,7 +393,8 @@ def run(
     )
     cpu_note = (
         f"medians of {repeat} rounds, process CPU less the trainer thread's between start() and stop(), "
-        f"per stats() call: ours {_us(cpu_ours)}, plain thread {_us(cpu_plain)}, bare loop {_us(cpu_floor)}"
+        f"per stats() call: ours {_us(cpu_ours)}, plain thread {_us(cpu_plain)}, bare loop {_us(cpu_floor)}, "
+        f"bare loop writing nothing {_us(cpu_silent)}"
     )
     if theirs:
         cpu_note += (
@@ -402,4 +427,14 @@ def run(
         Row(scenario, "floor: CPU per poll, bare asyncio loop thread", _figure(cpu_floor), unit="us",
             note="what the event loop and aiofiles cost beside the plain thread, apart from the monitor",
             who="floor"),
+        Row(scenario, "floor: CPU per poll, bare asyncio loop thread writing nothing", _figure(cpu_silent),
+            unit="us", floor=cpu_plain, floor_ratio=statistics.median(silent_over) if silent_over else None,
+            note=(
+                "the bare loop's polls and CSV rows, the rows dropped instead of appended: what an event loop "
+                "costs beside the plain thread (which does write) before any write; over the plain thread "
+                + (
+                    f"round by round: median {statistics.median(silent_over):.2f}x "
+                    f"({silent_over[0]:.2f}x to {silent_over[-1]:.2f}x)" if silent_over else "n/a"
+                )
+            ), who="floor"),
     ]
