@@ -39,10 +39,9 @@ rate into the same CSV rows with no monitor:
   ticks, about as often as our sink appends): what the event loop and the
   safe appends cost on top of the plain thread, apart from the monitor;
 - the bare loop writing nothing: the same loop, its rows formatted and
-  dropped. It is the least a thread running an event loop spends on these
-  polls and rows here; its ratio to the plain thread (which does write) is
-  printed beside it, the bound under which no event loop goes on this
-  machine.
+  dropped: what an event loop thread spends on these polls, records and
+  rows before any write. Its ratio to the plain thread (which does write)
+  is printed beside it.
 
 They tell what polling these targets from a second thread costs the trainer
 on this machine, whatever does it: how much of the loss is the monitor's
