@@ -172,38 +172,18 @@ class Watch(TimerSlot):
                 self.baseline = self._counters(metrics)
                 self.baseline_time = now
             return None, dropped
-        step = None
-        if self.step_key is not None:
-            counter = metrics.get(self.step_key)
-            if counter is not None:
-                step = int(counter)
+        step = None if self.step_key is None else self._step(metrics)
         if since is not None and now - since < 0.5 * self.interval and (force or self.background):
             # a rate over a sliver of time (the final snapshot right after the last poll) is noise:
             # left out, and the baseline kept, so the next rate spans the whole time since it
             self.last_log_time = now
             self.has_logged = True
             return new_record(self.name, step, _time(), metrics, self.source), dropped
-        if since is None or now <= since or self.rates_overlap:
-            counters = self._counters(metrics)
-            if since is not None and now > since:
-                self._add_rates(counters, metrics, now - since)
-        else:
-            # one pass: read each counter, keep it as the next baseline, add its rate
-            if self.keys.added != self.rates_seen:
-                self._find_rates()
-            if self.rates_live:
-                counters = {}
-                elapsed = now - since
-                baseline = self.baseline
-                for key, rate in self.rates_live:
-                    current = metrics.get(key)
-                    if current is not None:
-                        counters[key] = current
-                        previous = baseline.get(key)
-                        if previous is not None and current >= previous:
-                            metrics[rate] = (current - previous) / elapsed
-            else:
-                counters = _NO_COUNTERS
+        if since is not None and now > since and not self.rates_overlap:
+            return self._logged(metrics, now, since, step), dropped
+        counters = self._counters(metrics)
+        if since is not None and now > since:
+            self._add_rates(counters, metrics, now - since)
         self.baseline = counters
         self.baseline_time = self.last_log_time = now
         self.has_logged = True
@@ -248,11 +228,21 @@ class Watch(TimerSlot):
         now = _monotonic()
         if now <= since or (self.background and now - since < 0.5 * self.interval):
             return None
-        step = None
-        if self.step_key is not None:
-            counter = metrics.get(self.step_key)
-            if counter is not None:
-                step = int(counter)
+        return self._logged(metrics, now, since, None if self.step_key is None else self._step(metrics))
+
+    def _step(self, metrics: Mapping[str, float]) -> int | None:
+        """The step a snapshot gives (``watch(step=...)``): its ``step_key`` value as an int, if it has one."""
+        key = self.step_key
+        counter = None if key is None else metrics.get(key)
+        return None if counter is None else int(counter)
+
+    def _logged(self, metrics: dict[str, float], now: float, since: float, step: int | None) -> Record:
+        """The record of a snapshot past the first poll, ``now - since`` after the last one logged.
+
+        One pass over the counters this target reports: each is kept as the
+        next baseline and, when it did not go down, its rate is added to
+        ``metrics``.
+        """
         if self.keys.added != self.rates_seen:
             self._find_rates()
         counters = _NO_COUNTERS
