@@ -53,7 +53,7 @@ import threading
 import time
 from array import array
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from monitor_async import Monitor, Record
@@ -152,21 +152,33 @@ def _plain_floor(
     return wall0, wall1, cpu0, cpu1, _polls(watched, wall0, wall1)
 
 
-async def _loop_floor_main(
-    watched: list[Tiny], interval: float, groups: int, warmup: float, seconds: float
+async def _on_timers(
+    poll: Callable[[int], None], groups: int, interval: float, warmup: float, seconds: float,
+    every: Callable[[], None] | None = None,
 ) -> tuple[float, float, float, float]:
+    """``poll(g)`` for each group from its own ``loop.call_at`` timer, re-armed each ``interval``; the window's figures.
+
+    Group ``g``'s first slot is ``g * interval / groups`` after the start.
+    ``every``, when given, runs every 0.25 s (the default ``batch_wait``).
+    """
     loop = asyncio.get_running_loop()
-    parts = _groups(watched, groups)
     step = interval / groups
     start = loop.time()
     handles: list[asyncio.TimerHandle] = []
 
     def fire(g: int, when: float) -> None:
-        _poll_group(parts[g])
+        poll(g)
         handles[g] = loop.call_at(when + interval, fire, g, when + interval)
+
+    def again() -> None:
+        assert every is not None
+        every()
+        handles[-1] = loop.call_later(0.25, again)
 
     for g in range(groups):
         handles.append(loop.call_at(start + g * step, fire, g, start + g * step))
+    if every is not None:
+        handles.append(loop.call_later(0.25, again))
     try:
         return await loop_window(warmup, seconds)
     finally:
@@ -179,7 +191,10 @@ def _loop_floor(
 ) -> tuple[float, float, float, float, int]:
     """The bare-loop floor: the same polls from ``loop.call_at`` timers, one per group, on fresh targets."""
     watched = [Tiny() for _ in range(targets)]
-    wall0, wall1, cpu0, cpu1 = asyncio.run(_loop_floor_main(watched, interval, groups, warmup, seconds))
+    parts = _groups(watched, groups)
+    wall0, wall1, cpu0, cpu1 = asyncio.run(
+        _on_timers(lambda g: _poll_group(parts[g]), groups, interval, warmup, seconds)
+    )
     return wall0, wall1, cpu0, cpu1, _polls(watched, wall0, wall1)
 
 
@@ -201,44 +216,20 @@ def _record_group(group: list[tuple[str, dict[str, str], Tiny]], kept: deque[Rec
         keep(new_record(name, None, time.time(), metrics))
 
 
-async def _records_floor_main(
-    watched: list[Tiny], interval: float, groups: int, warmup: float, seconds: float
-) -> tuple[float, float, float, float]:
-    loop = asyncio.get_running_loop()
-    keys = tuple(watched[0].stats())
-    parts = [
-        [(f"t{i}", {key: f"t{i}/{key}" for key in keys}, watched[i]) for i in range(g, len(watched), groups)]
-        for g in range(groups)
-    ]
-    step = interval / groups
-    start = loop.time()
-    kept: deque[Record] = deque()
-    handles: list[asyncio.TimerHandle] = []
-
-    def fire(g: int, when: float) -> None:
-        _record_group(parts[g], kept)
-        handles[g] = loop.call_at(when + interval, fire, g, when + interval)
-
-    def write() -> None:  # what a writer does with them: they go, every 0.25 s (the default batch_wait)
-        kept.clear()
-        handles[-1] = loop.call_later(0.25, write)
-
-    for g in range(groups):
-        handles.append(loop.call_at(start + g * step, fire, g, start + g * step))
-    handles.append(loop.call_later(0.25, write))
-    try:
-        return await loop_window(warmup, seconds)
-    finally:
-        for handle in handles:
-            handle.cancel()
-
-
 def _records_floor(
     targets: int, interval: float, groups: int, warmup: float, seconds: float
 ) -> tuple[float, float, float, float, int]:
     """The records floor: the bare loop's polls made into checked records, kept until a timer drops them."""
     watched = [Tiny() for _ in range(targets)]
-    wall0, wall1, cpu0, cpu1 = asyncio.run(_records_floor_main(watched, interval, groups, warmup, seconds))
+    keys = tuple(watched[0].stats())
+    parts = [
+        [(f"t{i}", {key: f"t{i}/{key}" for key in keys}, watched[i]) for i in range(g, len(watched), groups)]
+        for g in range(groups)
+    ]
+    kept: deque[Record] = deque()  # what a writer does with them: they go every 0.25 s
+    wall0, wall1, cpu0, cpu1 = asyncio.run(
+        _on_timers(lambda g: _record_group(parts[g], kept), groups, interval, warmup, seconds, kept.clear)
+    )
     return wall0, wall1, cpu0, cpu1, _polls(watched, wall0, wall1)
 
 

@@ -75,12 +75,14 @@ def test_file_and_trainer_scenarios_measure_ours_beside_the_floor() -> None:
     trainer = bench_trainer.run(targets=3, seconds=0.3, repeat=1, baseline=False)
     _sane(files + trainer)
     floors = [r for r in files + trainer if r.measure.startswith("floor:")]
-    assert len(floors) == 5 and all(r.goal is None and r.ours > 0 and r.who == "floor" for r in floors)
+    assert len(floors) == 6 and all(r.goal is None and r.ours > 0 and r.who == "floor" for r in floors)
     speeds = [r for r in floors[1:] if r.measure.startswith("floor: speed kept")]
     assert len(speeds) == 2
     assert all(float(r.note.rsplit(": ", 1)[1]) > 0.5 for r in speeds)  # the share of its slots each floor polled
     cpu = next(r for r in trainer if r.goal is not None and r.goal[0] == "floor")
     assert cpu.unit == "us" and cpu.floor is not None and cpu.floor > 0 and cpu.floor_ratio is not None
+    silent = next(r for r in floors if "writing nothing" in r.measure)  # the event loop's own floor, ratio beside
+    assert silent.floor == cpu.floor and silent.floor_ratio is not None and silent.floor_ratio > 0
 
 
 def test_scale_scenario_measures_the_floors_before_the_monitor() -> None:
@@ -90,7 +92,9 @@ def test_scale_scenario_measures_the_floors_before_the_monitor() -> None:
     assert dropped.goal == ("max", 0.0) and dropped.unit == "records"
     cpu = next(r for r in rows if r.goal is not None and r.goal[0] == "floor")
     assert cpu.floor is not None and cpu.floor == next(r.ours for r in rows if "plain" in r.measure)
-    assert [r.who for r in rows].count("floor") == 2
+    assert [r.who for r in rows].count("floor") == 3
+    records = next(r for r in rows if "checked records" in r.measure)  # ours over it is in its note
+    assert records.ours > 0 and records.floor == cpu.floor and "this floor" in records.note
 
 
 def test_a_floor_goal_holds_ours_to_a_multiple_of_the_floor_and_survives_json() -> None:
