@@ -138,3 +138,24 @@ async def test_a_crowd_started_together_is_polled_in_groups_spread_over_the_inte
     assert min(groups[2]) - min(groups[1]) >= 0.009
     for target in targets:  # each target then keeps its own group's beat
         assert abs(target.times[1] - target.times[0] - 0.64) < 0.2
+
+
+async def test_an_inline_target_slower_than_its_interval_skips_the_slots_it_missed() -> None:
+    """The timers book a carried watch's next slot themselves: an overrun skips slots, counted, never a burst."""
+
+    class Slow:
+        calls = 0
+
+        def stats(self) -> dict[str, int]:
+            self.calls += 1
+            time.sleep(0.12)  # blocks the loop: offload="inline" keeps it there
+            return {"x": 1}
+
+    slow = Slow()
+    monitor = Monitor(MemorySink(), poll_interval=0.05)
+    monitor.watch(slow, name="slow", offload="inline", log_on_close=False)
+    await monitor.start()
+    await asyncio.sleep(1.0)
+    await monitor.stop()
+    assert 3 <= slow.calls <= 9  # about 1 s / 0.15 s, never catching up on the 20 slots
+    assert monitor.stats()["polls_missed"] >= 8
