@@ -55,6 +55,10 @@ class Board:
     def close(self) -> None:
         return None
 
+    def retire(self) -> list[threading.Thread]:
+        """Lets the board's idle threads end now (a stopped monitor keeps none); those not inside a call."""
+        return []
+
 
 class LocalBoard(Board):
     """In this process: a group of targets, or a job of one rank."""
@@ -113,6 +117,10 @@ class StoreBoard(Board):
             self._pending.clear()
             if self._quiet.wait_for(lambda: self._calls == 0, timeout=wait):
                 self._writer = self._reader = None
+
+    def retire(self) -> list[threading.Thread]:
+        """Lets the publishing thread end once idle (a later snapshot starts it again)."""
+        return self._pool.retire()
 
     def _begin_call(self) -> bool:
         """Under the lock: one more store call in flight, unless the board is closed."""

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
+from ._boards import Board
 from ._cadence import poll_forever
 from ._callers import OFFLOADS, Offload, make_caller
 from ._channel import channels_for
@@ -221,6 +222,7 @@ class Monitor:
         self._stopped = False
         self._finals_taken = False  # a stop() under way took the final snapshots already
         self._retired: list[threading.Thread] = []
+        self._boards: list[Board] = []  # where reduce= watches publish across ranks
         """Idle worker threads let go at the last stop() (they end promptly; ``SyncMonitor.close()`` joins them)."""
 
     @property
@@ -686,10 +688,15 @@ class Monitor:
         await asyncio.gather(*(channel.finish(self.stop_timeout) for channel in self._channels))
 
     def _retire_threads(self) -> None:
-        """Lets the idle worker threads (thread-offloaded stats(), blocking sinks) end now, not after 10 s."""
+        """Lets the idle worker threads (thread-offloaded stats(), blocking sinks, reductions' publishing) end now.
+
+        Not after their 10 s idle timeout.
+        """
         retired = self._pool.retire() if self._pool is not None else []
         for channel in self._channels:
             retired.extend(channel.retire_threads())
+        for board in self._boards:
+            retired.extend(board.retire())
         self._retired = retired
 
     def _raise_pending(self) -> None:

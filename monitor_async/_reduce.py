@@ -244,6 +244,7 @@ def watch_reduced(
             count = "targets"
         else:
             board = board_for(spec.via, spec.store, base, world)
+            monitor._boards.append(board)  # its threads are retired when the monitor stops
             added.append(monitor.watch(target, name=base, _publish=publisher(board, world.rank, spec), **options))
             count = "ranks"
         if group or world.main:

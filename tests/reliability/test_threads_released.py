@@ -79,3 +79,25 @@ async def test_stop_lets_the_idle_worker_threads_end_at_once() -> None:
         assert new_threads(before)
     # well under the 10 s that an idle worker used to linger
     await wait_until(lambda: not new_threads(before), timeout=2)
+
+
+async def test_stop_ends_the_publishing_thread_of_a_reduction_at_once() -> None:
+    """A rank that publishes its snapshots to the job's store keeps no idle publishing thread after ``stop()``."""
+    dist = pytest.importorskip("torch.distributed")
+    from datetime import timedelta
+
+    from monitor_async.backends import MemorySink
+    from monitor_async.distributed import Reduce, World
+
+    store = dist.TCPStore("127.0.0.1", 0, 1, True, timeout=timedelta(seconds=10))  # a real store, served here
+    # rank 1 of 2: not the main rank, so its snapshots go to the store on the board's own thread
+    monitor = Monitor(MemorySink(), world=World(rank=1, world_size=2))
+    monitor.watch(Ticker(), name="learner", reduce=Reduce({"n": "sum"}, store=store))
+    await monitor.step()
+    await wait_until(lambda: store.check(["monitor_async/learner/1"]))  # published, through that thread
+    publishing = [t for t in threading.enumerate() if t.name.startswith("monitor-async-publish-learner")]
+    assert publishing
+    await monitor.stop()
+    for thread in publishing:
+        thread.join(timeout=3.0)  # retired by stop(): ends at once, not after the pool's 10 s idle timeout
+    assert not [t.name for t in publishing if t.is_alive()]
