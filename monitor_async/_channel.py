@@ -217,8 +217,12 @@ class Channel(RecordQueue):
                 loop = asyncio.get_running_loop()
             except RuntimeError:  # no loop to write on here: the queue stays bounded
                 return False
-            self._drains.add(loop.create_task(self._drain(), name=f"monitor-async sink {self.label}"))
+            self._start_drain(loop)
         return True
+
+    def _start_drain(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Starts a drain task on ``loop``: the writing of manual mode (see :meth:`_drain`)."""
+        self._drains.add(loop.create_task(self._drain(), name=f"monitor-async sink {self.label}"))
 
     def request(self) -> asyncio.Future[None] | None:
         """Asks for every record queued so far to be written now; returns a future done once they have left.
@@ -237,8 +241,7 @@ class Channel(RecordQueue):
         if writer is not None and not writer.done():
             self._release()  # a gathering writer writes now
         elif not self._drains:
-            drain = asyncio.get_running_loop().create_task(self._drain(), name=f"monitor-async sink {self.label}")
-            self._drains.add(drain)
+            self._start_drain(asyncio.get_running_loop())
         return waiter
 
     async def settle(self, limit: float | None = None) -> bool:
