@@ -132,3 +132,16 @@ def test_the_floor_polls_every_target_into_csv_rows_with_rates() -> None:
         f"t0/{key}" for key in TwelveKeys().stats()
     ] + ["t0/frames_per_second", "t0/writes_per_second"]
     assert float(next(row[4] for row in rows if row[3] == "t1/frames")) == 128.0
+
+
+def test_ticks_probe_times_a_tick_of_the_timers_beside_the_records_floor() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.ticks", "--targets", "400", "--rounds", "1"],
+        cwd=ROOT, capture_output=True, text=True, timeout=100,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["warm", "cold"]
+    for line in lines:
+        ours, floor = (float(part.split("µs")[0].split()[-1]) for part in line.split(", records floor"))
+        assert ours > 0 and floor > 0, line

@@ -1,0 +1,111 @@
+"""What a timer tick costs per poll at 10,000 watches: ``python -m benchmarks.ticks``.
+
+Not a scenario of the suite: a probe behind scenario 7's figures, steadier
+than a timed run (a few percent from run to run, where scenario 7's CPU share
+moves by a fifth). It makes a monitor of ``--targets`` cheap targets (a no-op
+sink, never started) and calls the timers' tick itself (``Ticks._poll``, the
+path of every background poll) on the watches in 40 groups, as scenario 7's
+ticks poll them; each group is timed with ``perf_counter``. Scenario 7's
+records floor (each value checked and made a float, one ``Record`` per poll,
+no monitor) is timed the same way on targets of its own. Both run twice: with
+the caches as the previous group left them (*warm*), and with a 48 MiB buffer
+written over before each group (*cold*: what a second of other work does to
+the memory of a target polled once a second). It prints the best round of
+each, in µs per poll, and ours over the floor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+
+from monitor_async import Monitor, Record
+from monitor_async._cadence import Ticks
+from monitor_async._watch import Watch
+
+from ._common import NoopSink
+from .bench_scale import Tiny, _record_group
+
+GROUPS = 40
+_FLUSH = bytearray(48 << 20)
+_LINES = b"\x01" * (len(_FLUSH) // 64)
+
+
+def _flush() -> None:
+    """Writes one byte of every cache line of a buffer larger than the caches."""
+    _FLUSH[::64] = _LINES
+
+
+def _best(tick: Callable[[int], None], groups: int, polls: int, rounds: int, cold: bool) -> float:
+    """µs per poll of the best of ``rounds`` rounds, each ``tick(g)`` for every group ``g``."""
+    best = float("inf")
+    for _ in range(rounds):
+        took = 0.0
+        for g in range(groups):
+            if cold:
+                _flush()
+            started = time.perf_counter()
+            tick(g)
+            took += time.perf_counter() - started
+        best = min(best, took)
+    return best / polls * 1e6
+
+
+async def _measure(targets: int, rounds: int) -> list[tuple[str, float, float]]:
+    loop = asyncio.get_running_loop()
+    monitor = Monitor(NoopSink(), poll_interval=3600.0)  # no slot of the probe falls due by itself
+    for i in range(targets):
+        monitor.watch(Tiny(), name=f"t{i}")
+    ticks = Ticks(loop, monitor._poller)
+    watches: list[Watch] = list(monitor._watches.values())
+    now = loop.time()
+    for watch in watches:  # carried by the timers, as a started monitor's watches are
+        watch.origin = now
+        watch.waiter = loop.create_future()
+    ours = [watches[g::GROUPS] for g in range(GROUPS)]
+    queue = monitor._channels[0].queue
+
+    def tick(g: int) -> None:
+        ticks._poll(ours[g])
+        queue.clear()  # what the writer does: the records go
+
+    floor_targets = [Tiny() for _ in range(targets)]
+    keys = tuple(floor_targets[0].stats())
+    parts = [
+        [(f"t{i}", {key: f"t{i}/{key}" for key in keys}, floor_targets[i]) for i in range(g, targets, GROUPS)]
+        for g in range(GROUPS)
+    ]
+    kept: deque[Record] = deque()
+
+    def floor(g: int) -> None:
+        _record_group(parts[g], kept)
+        kept.clear()
+
+    for g in range(GROUPS):  # the first polls (keys named, baselines kept) and the first steady one
+        tick(g)
+        tick(g)
+    rows = []
+    for cold in (False, True):
+        mine = _best(tick, GROUPS, targets, rounds, cold)
+        theirs = _best(floor, GROUPS, targets, rounds, cold)
+        rows.append(("cold" if cold else "warm", mine, theirs))
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.ticks", description=__doc__.splitlines()[0])
+    parser.add_argument("--targets", type=int, default=10_000, help="watches (default 10,000)")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of every group; the best is kept (default 5)")
+    args = parser.parse_args(argv)
+    for label, mine, theirs in asyncio.run(_measure(args.targets, args.rounds)):
+        print(
+            f"{label}: a tick of the timers {mine:5.2f} µs a poll, records floor {theirs:5.2f} µs "
+            f"({mine / theirs:.2f}x)"
+        )
+
+
+if __name__ == "__main__":
+    main()
