@@ -6,12 +6,15 @@ moves by a fifth). It makes a monitor of ``--targets`` cheap targets (a no-op
 sink, never started) and calls the timers' tick itself (``Ticks._poll``, the
 path of every background poll) on the watches in 40 groups, as scenario 7's
 ticks poll them; each group is timed with ``perf_counter``. Scenario 7's
-records floor (each value checked and made a float, one ``Record`` per poll,
-no monitor) is timed the same way on targets of its own. Both run twice: with
-the caches as the previous group left them (*warm*), and with a 48 MiB buffer
-written over before each group (*cold*: what a second of other work does to
-the memory of a target polled once a second). It prints the best round of
-each, in µs per poll, and ours over the floor.
+floors are timed the same way, each group's work without its thread or loop
+and on targets of their own: the plain thread's (float dicts built and
+dropped), the records floor's (each value checked, one ``Record`` per poll)
+and the bookkeeping floor's (the records floor with the least per-target
+bookkeeping the contract asks). Each runs twice: with the caches as the
+previous group left them (*warm*), and with a 48 MiB buffer written over
+before each group (*cold*: what a second of other work does to the memory of
+a target polled once a second). It prints the best round of each, in µs per
+poll, and each over the plain thread's.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from monitor_async._cadence import Ticks
 from monitor_async._watch import Watch
 
 from ._common import NoopSink
-from .bench_scale import Tiny, _record_group
+from .bench_scale import Tiny, _booked_group, _groups, _poll_group, _record_group, _record_parts, _slot_parts
 
 GROUPS = 40
 _FLUSH = bytearray(48 << 20)
@@ -54,7 +57,7 @@ def _best(tick: Callable[[int], None], groups: int, polls: int, rounds: int, col
     return best / polls * 1e6
 
 
-async def _measure(targets: int, rounds: int) -> list[tuple[str, float, float]]:
+async def _measure(targets: int, rounds: int) -> list[tuple[str, list[tuple[str, float]]]]:
     loop = asyncio.get_running_loop()
     monitor = Monitor(NoopSink(), poll_interval=3600.0)  # no slot of the probe falls due by itself
     for i in range(targets):
@@ -72,27 +75,32 @@ async def _measure(targets: int, rounds: int) -> list[tuple[str, float, float]]:
         ticks._poll(ours[g])
         queue.clear()  # what the writer does: the records go
 
-    floor_targets = [Tiny() for _ in range(targets)]
-    keys = tuple(floor_targets[0].stats())
-    parts = [
-        [(f"t{i}", {key: f"t{i}/{key}" for key in keys}, floor_targets[i]) for i in range(g, targets, GROUPS)]
-        for g in range(GROUPS)
-    ]
+    plain = _groups([Tiny() for _ in range(targets)], GROUPS)
+    parts = _record_parts([Tiny() for _ in range(targets)], GROUPS)
+    slots = _slot_parts([Tiny() for _ in range(targets)], GROUPS, time.monotonic(), 3600.0)
     kept: deque[Record] = deque()
 
-    def floor(g: int) -> None:
+    def records(g: int) -> None:
         _record_group(parts[g], kept)
         kept.clear()
 
+    def booked(g: int) -> None:
+        _booked_group(slots[g], kept, 3600.0)
+        kept.clear()
+
+    work: list[tuple[str, Callable[[int], None]]] = [
+        ("plain thread", lambda g: _poll_group(plain[g])),
+        ("records floor", records),
+        ("bookkeeping floor", booked),
+        ("a tick of the timers", tick),
+    ]
     for g in range(GROUPS):  # the first polls (keys named, baselines kept) and the first steady one
         tick(g)
         tick(g)
-    rows = []
-    for cold in (False, True):
-        mine = _best(tick, GROUPS, targets, rounds, cold)
-        theirs = _best(floor, GROUPS, targets, rounds, cold)
-        rows.append(("cold" if cold else "warm", mine, theirs))
-    return rows
+    return [
+        ("cold" if cold else "warm", [(label, _best(fn, GROUPS, targets, rounds, cold)) for label, fn in work])
+        for cold in (False, True)
+    ]
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -100,12 +108,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--targets", type=int, default=10_000, help="watches (default 10,000)")
     parser.add_argument("--rounds", type=int, default=5, help="rounds of every group; the best is kept (default 5)")
     args = parser.parse_args(argv)
-    for label, mine, theirs in asyncio.run(_measure(args.targets, args.rounds)):
-        print(
-            f"{label}: a tick of the timers {mine:5.2f} µs a poll, records floor {theirs:5.2f} µs "
-            f"({mine / theirs:.2f}x)"
-        )
-
+    for label, figures in asyncio.run(_measure(args.targets, args.rounds)):
+        plain = figures[0][1]
+        print(f"{label}: " + ", ".join(
+            f"{name} {us:.2f} µs" + ("" if name == "plain thread" else f" ({us / plain:.2f}x)") for name, us in figures
+        ))
 
 if __name__ == "__main__":
     main()

@@ -19,6 +19,7 @@ from pathlib import Path
 from benchmarks import bench_cadence, bench_core, bench_scale, bench_sinks, bench_trainer
 from benchmarks._common import Bare, ClockedKeys, Row, TwelveKeys, has_torchrl, slot_share
 from benchmarks.run import fmt_goal
+from monitor_async import Record
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -92,9 +93,33 @@ def test_scale_scenario_measures_the_floors_before_the_monitor() -> None:
     assert dropped.goal == ("max", 0.0) and dropped.unit == "records"
     cpu = next(r for r in rows if r.goal is not None and r.goal[0] == "floor")
     assert cpu.floor is not None and cpu.floor == next(r.ours for r in rows if "plain" in r.measure)
-    assert [r.who for r in rows].count("floor") == 3
+    assert [r.who for r in rows].count("floor") == 4
     records = next(r for r in rows if "checked records" in r.measure)  # ours over it is in its note
     assert records.ours > 0 and records.floor == cpu.floor and "this floor" in records.note
+    booked = next(r for r in rows if "bookkeeping" in r.measure)
+    assert booked.ours > 0 and booked.floor == cpu.floor and "this floor" in booked.note
+
+
+def test_the_bookkeeping_floor_makes_the_records_floors_records_and_skips_missed_slots() -> None:
+    from collections import deque
+
+    parts = bench_scale._record_parts([bench_scale.Tiny() for _ in range(4)], 2)
+    slots = bench_scale._slot_parts([bench_scale.Tiny() for _ in range(4)], 2, time.monotonic(), 0.5)
+    assert [[s.name for s in group] for group in slots] == [[name for name, _, _ in group] for group in parts]
+    made: deque[Record] = deque()
+    floor: deque[Record] = deque()
+    bench_scale._booked_group(slots[0], made, 0.5)
+    bench_scale._record_group(parts[0], floor)
+    assert [(r.name, r.metrics) for r in made] == [(r.name, r.metrics) for r in floor]
+    # the second call of t0's stats(): the first named the keys
+    assert made[0].metrics == {"t0/calls": 2.0, "t0/queue_depth": 3.0, "t0/latency_ms": 1.5, "t0/ok": 1.0}
+    first = slots[0][0]
+    assert first.slot == 1  # slot 1 is still ahead
+    first.origin -= 1.2  # now 1.2 s into its slots: slot 2 (at 1.0 s) is past, slot 3 (1.5 s) ahead
+    before = time.monotonic()
+    bench_scale._booked_group(slots[0], made, 0.5)
+    assert first.slot == 3  # slot 2 skipped, not caught up
+    assert first.since >= before and len(made) == 4
 
 
 def test_a_floor_goal_holds_ours_to_a_multiple_of_the_floor_and_survives_json() -> None:
@@ -134,7 +159,7 @@ def test_the_floor_polls_every_target_into_csv_rows_with_rates() -> None:
     assert float(next(row[4] for row in rows if row[3] == "t1/frames")) == 128.0
 
 
-def test_ticks_probe_times_a_tick_of_the_timers_beside_the_records_floor() -> None:
+def test_ticks_probe_times_a_tick_of_the_timers_beside_scenario_7s_floors() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "benchmarks.ticks", "--targets", "400", "--rounds", "1"],
         cwd=ROOT, capture_output=True, text=True, timeout=100,
@@ -143,5 +168,8 @@ def test_ticks_probe_times_a_tick_of_the_timers_beside_the_records_floor() -> No
     lines = done.stdout.splitlines()
     assert [line.split(":")[0] for line in lines] == ["warm", "cold"]
     for line in lines:
-        ours, floor = (float(part.split("µs")[0].split()[-1]) for part in line.split(", records floor"))
-        assert ours > 0 and floor > 0, line
+        figures = [part.rsplit(" µs", 1)[0].rsplit(" ", 1) for part in line.split(": ", 1)[1].split(", ")]
+        assert [name for name, _ in figures] == [
+            "plain thread", "records floor", "bookkeeping floor", "a tick of the timers",
+        ], line
+        assert all(float(us) > 0 for _, us in figures), line
