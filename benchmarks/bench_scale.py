@@ -275,7 +275,7 @@ def _record_parts(watched: Sequence[Tiny], groups: int) -> list[list[tuple[str, 
 
 
 def _slot_parts(watched: Sequence[Tiny], groups: int, start: float, interval: float) -> list[list[_Slot]]:
-    """The bookkeeping floor's groups, as :func:`_record_parts`; group ``g``'s first slot is ``g`` 40ths in."""
+    """The bookkeeping floor's groups, as :func:`_record_parts`; group ``g``'s first slot ``g / groups`` of an interval in."""
     return [
         [_Slot(name, names, target, start + g * interval / groups) for name, names, target in part]
         for g, part in enumerate(_record_parts(watched, groups))

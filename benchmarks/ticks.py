@@ -114,5 +114,6 @@ def main(argv: Sequence[str] | None = None) -> None:
             f"{name} {us:.2f} µs" + ("" if name == "plain thread" else f" ({us / plain:.2f}x)") for name, us in figures
         ))
 
+
 if __name__ == "__main__":
     main()
