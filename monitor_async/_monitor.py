@@ -222,8 +222,9 @@ class Monitor:
         self._stopped = False
         self._finals_taken = False  # a stop() under way took the final snapshots already
         self._retired: list[threading.Thread] = []
-        self._boards: list[Board] = []  # where reduce= watches publish across ranks
         """Idle worker threads let go at the last stop() (they end promptly; ``SyncMonitor.close()`` joins them)."""
+        self._boards: list[Board] = []
+        """Where ``reduce=`` watches publish across ranks: their threads are retired with the others at stop()."""
 
     @property
     def sinks(self) -> list[Any]:
