@@ -11,13 +11,12 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from monitor_async import BaseSink, LoggerSink, Report, Sink, ThreadedSink
+from monitor_async._core import BaseSink, LoggerSink, Report, Sink, ThreadedSink
 
 from ._csv import CSVSink
-from ._delivery import Backoff, Failure, classify
+from ._delivery import Backoff, Failure, ResilientSink, classify
 from ._jsonl import JSONLSink
 from ._memory import MemorySink
-from ._resilient import ResilientSink
 from ._tensorboard import TensorBoardSink
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time these load on first use

@@ -8,8 +8,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from monitor_async import Record, ThreadedSink
-from monitor_async.distributed import Ranks, check_ranks
+from monitor_async._core import Ranks, Record, ThreadedSink, check_ranks
 
 from ._table import WatchTable, eng, is_monitor, monitor_items, short, split_rates
 

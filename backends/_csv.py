@@ -8,8 +8,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from monitor_async import Record
-from monitor_async.distributed import Ranks, many_sources, source_text
+from monitor_async._core import Ranks, Record, many_sources, source_text
 
 from ._files import LineSink
 from ._text import escape

@@ -35,8 +35,7 @@ from typing import Any
 import aiofiles
 import aiofiles.os
 
-from monitor_async import BaseSink, Record
-from monitor_async.distributed import Ranks, check_ranks, rank_path
+from monitor_async._core import BaseSink, Ranks, Record, check_ranks, rank_path
 
 try:
     import fcntl

@@ -7,8 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from monitor_async import Record
-from monitor_async.distributed import Ranks
+from monitor_async._core import Ranks, Record
 
 from ._files import LineSink
 

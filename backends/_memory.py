@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from monitor_async import BaseSink, Record
-from monitor_async.distributed import Ranks, check_ranks
+from monitor_async._core import BaseSink, Ranks, Record, check_ranks
 
 __all__ = ["MemorySink"]
 

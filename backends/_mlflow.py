@@ -13,11 +13,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any, cast
 from urllib.parse import urlparse
 
-from monitor_async import ConfigError, DeliveryError, Record
-from monitor_async.distributed import Ranks, check_ranks
+from monitor_async._core import ConfigError, DeliveryError, Ranks, Record, check_ranks
 
-from ._delivery import Backoff, classify, parse_retry_after
-from ._resilient import DEFAULT_SPOOL_BYTES, ResilientSink
+from ._delivery import DEFAULT_SPOOL_BYTES, Backoff, ResilientSink, classify, parse_retry_after
 
 try:
     import mlflow

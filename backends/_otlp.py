@@ -9,11 +9,10 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from monitor_async import ConfigError, DeliveryError, Record, __version__
-from monitor_async.distributed import Ranks, check_ranks
+from monitor_async._core import ConfigError, DeliveryError, Ranks, Record, check_ranks
+from monitor_async._version import __version__
 
-from ._delivery import Backoff, classify, parse_retry_after
-from ._resilient import DEFAULT_SPOOL_BYTES, ResilientSink
+from ._delivery import DEFAULT_SPOOL_BYTES, Backoff, ResilientSink, classify, parse_retry_after
 
 try:
     import requests

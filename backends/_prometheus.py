@@ -20,8 +20,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from monitor_async import BaseSink, Record
-from monitor_async.distributed import Ranks, check_ranks
+from monitor_async._core import BaseSink, Ranks, Record, check_ranks
 
 from ._text import escape
 

@@ -9,11 +9,9 @@ import socket
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from monitor_async import ConfigError, Record
-from monitor_async.distributed import Ranks, Source, check_ranks
+from monitor_async._core import ConfigError, Ranks, Record, Source, check_ranks
 
-from ._delivery import Failure, text_of
-from ._resilient import ResilientSink
+from ._delivery import Failure, ResilientSink, text_of
 
 try:
     import ray

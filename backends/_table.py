@@ -27,15 +27,12 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from monitor_async import Record
-
-from ._numbers import age, count, eng
+from monitor_async._core import Record
+from monitor_async._core.names import split_rates
+from monitor_async._core.text import age, count, eng
 
 __all__ = ["WIDE", "WIDER", "WatchTable", "age", "count", "eng", "is_monitor", "monitor_items", "short", "split_rates"]
 
-RATE = "_per_second"
-RATE_OF = {"writes": "write_count", "samples": "sample_calls"}
-"""Default rate names that are not ``<counter>_per_second``: the rate's stem -> its counter."""
 MONITOR_KEYS = frozenset({"polls", "records", "values_dropped", "watches"})
 WIDE = 110
 """From this many columns on, rates have a column of their own."""
@@ -65,35 +62,6 @@ def short(record: Record) -> dict[str, float]:
 def is_monitor(metrics: Mapping[str, float]) -> bool:
     """Whether short ``metrics`` are a monitor's own counters (``Monitor.stats()`` watched)."""
     return metrics.keys() >= MONITOR_KEYS
-
-
-def split_rates(metrics: Mapping[str, float]) -> tuple[list[tuple[str, float, float | None]], list[tuple[str, float]]]:
-    """``metrics`` as ``(key, value, its rate or None)`` and the rates with no counter beside them.
-
-    A rate ``<stem>_per_second`` belongs to the counter ``<stem>``, or to the
-    counter a default rate name comes from (``writes`` -> ``write_count``).
-
-    Args:
-        metrics: short metric names (no ``"<name>/"`` prefix) to values.
-
-    Returns:
-        ``(values, lone_rates)``; ``lone_rates`` holds ``(stem, rate)`` pairs.
-
-    Examples:
-        >>> split_rates({"frames": 10.0, "frames_per_second": 5.0, "x_per_second": 1.0})
-        ([('frames', 10.0, 5.0)], [('x', 1.0)])
-    """
-    rates = {k[: -len(RATE)]: v for k, v in metrics.items() if k.endswith(RATE)}
-    plain = {k: v for k, v in metrics.items() if not k.endswith(RATE)}
-    paired: dict[str, float] = {}
-    lone: list[tuple[str, float]] = []
-    for stem, rate in rates.items():
-        counter = stem if stem in plain else RATE_OF.get(stem, "")
-        if counter in plain and counter not in paired:
-            paired[counter] = rate
-        else:
-            lone.append((stem, rate))
-    return [(k, v, paired.get(k)) for k, v in plain.items()], lone
 
 
 def monitor_items(metrics: Mapping[str, float]) -> tuple[list[str], bool]:

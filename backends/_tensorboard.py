@@ -8,8 +8,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from monitor_async import Record, ThreadedSink
-from monitor_async.distributed import Ranks, check_ranks, keep_apart
+from monitor_async._core import Ranks, Record, ThreadedSink, check_ranks, keep_apart
 
 from ._text import escape
 

@@ -6,8 +6,7 @@ import importlib.util
 from collections.abc import Sequence
 from typing import Any
 
-from monitor_async import Record, ThreadedSink
-from monitor_async.distributed import Ranks, check_ranks
+from monitor_async._core import Ranks, Record, ThreadedSink, check_ranks
 
 __all__ = ["WandbSink"]
 

@@ -10,8 +10,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from monitor_async._record import new_record
-from monitor_async._watch import DEFAULT_RATE_NAMES
+from monitor_async._core.names import DEFAULT_RATE_NAMES
+from monitor_async._core.record import new_record
 from monitor_async.backends import CSVSink
 
 __all__ = [

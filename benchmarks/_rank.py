@@ -31,7 +31,7 @@ class Learner:
 
 async def main(out: Path, interval: float, warmup: float, seconds: float, reduce: bool) -> None:
     from monitor_async import Monitor
-    from monitor_async._reduce import Reduction
+    from monitor_async._runtime.reduce import Reduction
     from monitor_async.distributed import world
 
     inside = [0.0, 0]  # thread CPU seconds spent in the reduction's stats(), calls

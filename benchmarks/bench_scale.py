@@ -64,7 +64,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from monitor_async import Monitor, Record
-from monitor_async._record import new_record
+from monitor_async._core.record import new_record
 
 from ._common import NoopSink, Row, loop_window, window
 

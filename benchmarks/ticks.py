@@ -26,8 +26,8 @@ from collections import deque
 from collections.abc import Callable, Sequence
 
 from monitor_async import Monitor, Record
-from monitor_async._cadence import Ticks
-from monitor_async._watch import Watch
+from monitor_async._runtime.timers import Ticks
+from monitor_async._runtime.watch import Watch
 
 from ._common import NoopSink
 from .bench_scale import Tiny, _booked_group, _groups, _poll_group, _record_group, _record_parts, _slot_parts

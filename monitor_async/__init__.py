@@ -11,7 +11,7 @@ The sinks themselves live in :mod:`monitor_async.backends`. This module only
 re-exports; each concept lives in a private module of its own.
 """
 
-from ._exceptions import (
+from ._core.exceptions import (
     ConfigError,
     DeliveryError,
     MonitorClosedError,
@@ -26,12 +26,12 @@ from ._exceptions import (
     StatsTypeError,
     WatchTypeError,
 )
-from ._logger import LoggerSink, Report
-from ._monitor import Monitor
-from ._record import Record
-from ._schedule import Every
-from ._sink import BaseSink, Sink, ThreadedSink
-from ._sync import LoggerMonitor, SyncMonitor
+from ._core.loggers import LoggerSink, Report
+from ._core.record import Record
+from ._core.schedule import Every
+from ._core.sink import BaseSink, Sink, ThreadedSink
+from ._runtime.monitor import Monitor
+from ._runtime.sync import LoggerMonitor, SyncMonitor
 from ._version import __version__
 
 __all__ = [

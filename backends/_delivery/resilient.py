@@ -1,0 +1,280 @@
+"""ResilientSink: the base of the network sinks; their batches wait out an outage in a disk spool.
+
+How a batch travels: ``write`` appends it to the sink's spool (one file),
+the sink's delivery task sends the spool oldest first, and a batch's file is
+deleted once the server acknowledged it. A failure worth another try stops
+the task for a :class:`~monitor_async.backends.Backoff` wait, while new
+batches keep joining the spool behind the one that failed; a refusal drops
+the batch and moves on. This module is the sink's face (its hooks, its
+lifecycle); ``_courier.py`` is the delivery task, ``_delivery.py`` the
+retry policy, ``_spool.py`` the files.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from monitor_async._core import BaseSink, ConfigError, Record, ThreadedSink
+
+from .courier import Courier
+from .retry import Backoff, Failure, classify
+from .spool import Spool
+
+__all__ = ["DEFAULT_SPOOL_BYTES", "ResilientSink"]
+
+log = logging.getLogger("monitor_async")
+
+DEFAULT_SPOOL_BYTES = 64 << 20
+"""64 MiB: the default bound of a sink's spool."""
+
+T = TypeVar("T")
+
+_FIGURES = ("retries", "spooled", "replayed", "spool_bytes", "spool_dropped", "rejected", "duplicates",
+            "delivered", "pending")
+
+
+class ResilientSink(BaseSink):
+    """The base of sinks that deliver over a network: retries, a disk spool, replay, at-least-once.
+
+    Guarantees:
+        - Every batch handed to ``write`` goes to the sink's spool first (one
+          file under ``spool_dir``), then out, oldest first, one request at
+          a time, from the sink's own delivery task. Its file is deleted only
+          once the server acknowledged it: delivery is at-least-once.
+        - A failure worth another try (no connection, a timeout, 408, 429,
+          5xx) keeps the batch, and all after it, in the spool; the next try
+          comes after a :class:`Backoff` wait (``Retry-After`` obeyed). The
+          monitor's queue keeps draining into the spool meanwhile, so an
+          outage never fills it and polling goes on.
+        - Any other failure (a 4xx: the server refuses the batch) is not
+          retried: the batch is dropped and counted (``rejected``). A
+          ``write`` still waiting for that batch raises the error (so the
+          monitor counts and reports it); otherwise the sink logs it, with
+          the status and the server's message, once per streak.
+        - When the server answers again the spool goes out in order, before
+          anything newer. Batches that an earlier process left in the same
+          ``spool_dir`` (a crash, ``kill -9``, a preemption) go out first
+          once the sink opens.
+        - The spool holds at most ``spool_bytes``; past that the oldest
+          batches are dropped and counted (``spool_dropped``).
+        - A batch goes out twice only when no reply came for it (a timeout,
+          a dropped connection, a process killed mid-request): the server
+          may then hold it twice. Such records are counted (``duplicates``).
+        - ``write`` waits for its batches (at most :attr:`ack_wait` seconds)
+          only when nothing else waits in the spool; it never waits for a
+          server that is away.
+        - ``flush()`` and ``close()`` try at once instead of waiting out the
+          backoff, and return once everything handed over is delivered, or
+          as soon as a try fails (the server is away; the rest stays in the
+          spool, on disk). ``close()`` then logs how many records remain and
+          where. Under a monitor, ``stop()`` bounds both by ``stop_timeout``.
+        - :meth:`counters` (``Monitor.stats()`` reports them as
+          ``sink/<label>/<key>``), in records unless said: ``retries`` (tries
+          that failed and will be made again), ``spooled`` (records that
+          could not go out at once), ``replayed`` (of those, delivered
+          later, by this process or from an earlier one's spool),
+          ``spool_bytes`` (bytes now in the spool), ``spool_dropped``,
+          ``rejected``, ``duplicates``, ``delivered``, ``pending`` (not yet
+          acknowledged).
+
+    For sink authors: implement ``send_blocking(records, destination)``,
+    which runs on the sink's worker thread (a daemon thread of its own, one
+    call at a time, as in :class:`~monitor_async.ThreadedSink`) and raises on
+    failure (a :class:`~monitor_async.DeliveryError`, or the client's own
+    errors: see :func:`~monitor_async.backends.classify`), or override the
+    coroutine :meth:`send` for an async client. Optional hooks:
+    ``open_blocking`` / ``close_blocking`` (worker thread: build the client
+    without needing the server; release it), :meth:`destination`,
+    :meth:`prepare` and :meth:`classify`.
+
+    Args:
+        spool_dir: the folder of the spool. A sink opened on a folder that a
+            previous run left batches in sends them first. ``None``: a
+            private temporary folder (removed when the sink closes empty).
+            One sink per folder at a time (``ConfigError`` otherwise).
+        spool_bytes: the most bytes the spool's files may take (default
+            64 MiB); past it the oldest batches are dropped and counted in
+            ``spool_dropped``. Must be a positive integer.
+        backoff: the waits between tries of a delivery that failed but is
+            worth another try (default ``Backoff()``); must be a
+            :class:`Backoff`.
+        name: the sink's label in ``Monitor.stats()``
+            (``sink/<label>/retries``...) and in messages. ``None``
+            (default) or ``""``: the lowercase class name; a monitor makes a
+            repeated label unique with ``_1``, ``_2``...
+
+    Raises:
+        ConfigError: a bad ``spool_dir``, ``spool_bytes`` or ``backoff``.
+
+    Examples:
+        >>> import asyncio
+        >>> from monitor_async import DeliveryError, Record
+        >>> class Flaky(ResilientSink):
+        ...     '''A "server" that is busy at the first request, then keeps what it gets.'''
+        ...     def __init__(self):
+        ...         super().__init__(backoff=Backoff(first=0.01))
+        ...         self.calls, self.received = 0, []
+        ...     def send_blocking(self, records, destination):
+        ...         self.calls += 1
+        ...         if self.calls == 1:
+        ...             raise DeliveryError("busy", status=503)
+        ...         self.received.extend(records)
+        >>> async def main():
+        ...     async with Flaky() as sink:
+        ...         await sink.write([Record("rb", 1, 0.0, {"rb/size": 3.0})])
+        ...         await sink.flush()
+        ...         return [r.step for r in sink.received], sink.counters()["retries"]
+        >>> asyncio.run(main())
+        ([1], 1.0)
+    """
+
+    ack_wait: float | None = 1.0
+    """How long ``write`` waits for its batches when nothing else waits (``None``: until their outcome)."""
+
+    def __init__(
+        self,
+        *,
+        spool_dir: str | os.PathLike[str] | None = None,
+        spool_bytes: int = DEFAULT_SPOOL_BYTES,
+        backoff: Backoff | None = None,
+        name: str | None = None,
+    ) -> None:
+        kind = type(self).__name__
+        if isinstance(spool_bytes, bool) or not isinstance(spool_bytes, int) or spool_bytes <= 0:
+            raise ConfigError(f"{kind}: spool_bytes must be a positive number of bytes, got {spool_bytes!r}")
+        if spool_dir is not None:
+            if not isinstance(spool_dir, (str, os.PathLike)):
+                raise ConfigError(f"{kind}: spool_dir must be a folder path or None, got {spool_dir!r}")
+            if Path(spool_dir).exists() and not Path(spool_dir).is_dir():
+                raise ConfigError(f"{kind}: spool_dir {os.fspath(spool_dir)!r} exists and is not a folder")
+        if backoff is not None and not isinstance(backoff, Backoff):
+            raise ConfigError(f"{kind}: backoff must be a Backoff(...), got {backoff!r}")
+        if name is not None:
+            self.name = name
+        self.backoff = backoff if backoff is not None else Backoff()
+        self._spool_dir = None if spool_dir is None else Path(spool_dir)
+        self._spool_bytes = spool_bytes
+        self._spool: Spool | None = None
+        self._courier: Courier | None = None
+        self._worker = ThreadedSink()  # only its worker thread is used: blocking hooks run there, in order
+
+    # ---------------------------------------------------------------- hooks
+    async def run_blocking(self, fn: Callable[..., T], *args: Any) -> T:
+        """Runs ``fn(*args)`` on this sink's worker thread (one call at a time, in order); returns its result."""
+        self._worker.name = self.label
+        return await self._worker.call(fn, *args)
+
+    async def open_client(self) -> None:
+        """Sets the client up when the sink opens (default: ``open_blocking`` on the worker thread)."""
+        await self.run_blocking(self.open_blocking)
+
+    async def send(self, records: Sequence[Record], destination: str | None) -> None:
+        """Sends one batch; returns once the server acknowledged it (default: ``send_blocking`` on the worker thread)."""
+        await self.run_blocking(self.send_blocking, records, destination)
+
+    async def close_client(self) -> None:
+        """Releases the client when the sink closes (default: ``close_blocking`` on the worker thread)."""
+        await self.run_blocking(self.close_blocking)
+
+    def open_blocking(self) -> None:
+        """Builds the client, on the worker thread; must not need the server (it may be away)."""
+        return None
+
+    def send_blocking(self, records: Sequence[Record], destination: str | None) -> None:
+        """Sends one batch from the worker thread; raises on failure. Subclasses implement it (or :meth:`send`)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement send_blocking() or send()")
+
+    def flush_blocking(self) -> None:
+        """Called by ``flush()`` once the spool is settled, on the worker thread (default: nothing)."""
+        return None
+
+    def close_blocking(self) -> None:
+        """Releases the client, on the worker thread, after the delivery task stopped (default: nothing)."""
+        return None
+
+    def destination(self) -> str | None:
+        """A string kept with each batch written now and handed back to :meth:`send` (default ``None``).
+
+        A batch replayed by a later process goes where it was meant to go
+        (MLflowSink: the run it was logged for), not where that process logs.
+        """
+        return None
+
+    def prepare(self, records: Sequence[Record]) -> list[list[Record]]:
+        """Cuts a batch into the parts sent in one request each (default: the batch whole).
+
+        Runs on the monitor's loop as the batch arrives, before it is spooled.
+        """
+        return [list(records)]
+
+    def classify(self, exc: BaseException) -> Failure:
+        """Whether a failure of :meth:`send` is worth another try (default: :func:`classify`)."""
+        return classify(exc)
+
+    # -------------------------------------------------------------- figures
+    @property
+    def spool_dir(self) -> Path | None:
+        """The spool's folder: the one given, or the temporary one once the sink opened."""
+        return self._spool.path if self._spool is not None else self._spool_dir
+
+    def counters(self) -> dict[str, float]:
+        """The sink's delivery figures (see the class docstring); cheap, for ``Monitor.stats()``."""
+        if self._courier is None:
+            return dict.fromkeys(_FIGURES, 0.0)
+        return self._courier.counters()
+
+    # ------------------------------------------------------------ lifecycle
+    async def _open(self) -> None:
+        if self._spool is None:
+            spool = Spool(self._spool_dir, self._spool_bytes, self.label)
+            left = spool.open()
+            self._spool = spool
+            self._courier = Courier(spool, self.send, self.classify, self.backoff, self.label)
+            if left:
+                log.info(
+                    "sink %r: %d records that an earlier run left in the spool at %s go out first",
+                    self.label, spool.records, spool.path,
+                )
+        await self.open_client()
+        assert self._courier is not None
+        self._courier.wake()
+
+    async def _write(self, records: Sequence[Record]) -> None:
+        await self._accept([records])
+
+    async def _write_batches(self, batches: Sequence[Sequence[Record]]) -> None:
+        await self._accept(batches)
+
+    async def _accept(self, batches: Sequence[Sequence[Record]]) -> None:
+        assert self._courier is not None
+        parts = [part for records in batches for part in self.prepare(records)]
+        await self._courier.accept(parts, self.destination(), self.ack_wait)
+
+    async def _settled(self) -> None:
+        """Returns once what was handed over so far is delivered (or refused), or a try failed."""
+        if self._courier is not None:
+            await self._courier.settled()
+
+    async def _flush(self) -> None:
+        await self._settled()
+        if type(self).flush_blocking is not ResilientSink.flush_blocking:
+            await self.run_blocking(self.flush_blocking)
+
+    async def _close(self) -> None:
+        try:
+            await self._settled()
+        finally:
+            if self._courier is not None:
+                await self._courier.stop()
+        await self.close_client()
+
+    async def close(self) -> None:
+        """Delivers what it can now, stops, and says in the log what stays in the spool. Idempotent."""
+        opened = self._opened
+        await super().close()
+        if not opened and self._spool is not None:  # the spool opened, open_client() failed
+            self._spool.close()

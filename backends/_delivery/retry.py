@@ -1,0 +1,239 @@
+"""The delivery policy of network sinks: which failures are worth another try, and when to try.
+
+:func:`classify` reads an exception (a connection refused, a timeout, a
+reply with a status); :class:`Backoff` says how long to wait before the next
+try. :class:`~monitor_async.backends.ResilientSink` (``_resilient.py``)
+applies both.
+"""
+
+from __future__ import annotations
+
+import errno
+import math
+import random
+import re
+import socket
+import time
+import urllib.error
+from collections.abc import Iterator
+from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+from monitor_async._core import ConfigError, DeliveryError
+
+__all__ = ["Backoff", "Failure", "classify", "parse_retry_after"]
+
+_NOT_SENT = frozenset({"NewConnectionError", "ConnectTimeout", "ConnectTimeoutError", "NameResolutionError"})
+_MAYBE_SENT = frozenset({
+    "ReadTimeout", "ReadTimeoutError", "Timeout", "RemoteDisconnected", "ProtocolError",
+    "ChunkedEncodingError", "IncompleteRead", "ConnectionError",
+})
+_UNREACHABLE = frozenset({
+    errno.ECONNREFUSED, errno.ENETUNREACH, errno.EHOSTUNREACH, errno.ENETDOWN, errno.EHOSTDOWN,
+})
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """How long a network sink waits before trying again: exponential, with full jitter.
+
+    Retry ``n`` (0, 1, 2... since the last success) waits a random time
+    between 0 and ``min(cap, first * 2**n)`` seconds ("full jitter": clients
+    that failed together do not all come back together). When the server
+    answered with ``Retry-After``, that wait is used instead, up to
+    ``max_retry_after``. There is no limit on the number of tries: while the
+    server is away the batches wait in the spool, and ``flush()`` or
+    ``close()`` try at once instead of waiting.
+
+    Args:
+        first: the longest wait before the first retry, in seconds (> 0).
+        cap: the longest wait between two tries, in seconds (>= ``first``).
+        max_retry_after: the longest ``Retry-After`` obeyed, in seconds (> 0).
+
+    Raises:
+        ConfigError: a value out of range.
+
+    Examples:
+        >>> import random
+        >>> backoff = Backoff(first=0.5, cap=4.0)
+        >>> print(*(backoff.ceiling(n) for n in range(5)))
+        0.5 1.0 2.0 4.0 4.0
+        >>> 0.0 <= backoff.delay(3, rng=random.Random(0)) <= 4.0
+        True
+        >>> backoff.delay(0, retry_after=2.5)
+        2.5
+    """
+
+    first: float = 0.5
+    cap: float = 30.0
+    max_retry_after: float = 300.0
+
+    def __post_init__(self) -> None:
+        for name in ("first", "cap", "max_retry_after"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+                raise ConfigError(f"Backoff: {name} must be a finite number of seconds > 0, got {value!r}")
+        if self.cap < self.first:
+            raise ConfigError(f"Backoff: cap ({self.cap!r}) must be at least first ({self.first!r})")
+
+    def ceiling(self, attempt: int) -> float:
+        """The longest wait before retry number ``attempt`` (0 for the first)."""
+        return float(min(self.cap, self.first * 2.0 ** min(attempt, 64)))
+
+    def delay(self, attempt: int, retry_after: float | None = None, rng: random.Random | None = None) -> float:
+        """The wait before retry number ``attempt``: ``retry_after`` when the server gave one, else jittered."""
+        if retry_after is not None and math.isfinite(retry_after):
+            return float(min(max(retry_after, 0.0), self.max_retry_after))
+        return (rng or random).uniform(0.0, self.ceiling(attempt))
+
+
+@dataclass(frozen=True)
+class Failure:
+    """What a failed delivery means, as :func:`classify` reads an exception.
+
+    Attributes:
+        retry: try again later (no reply, a timeout, 408, 429, 5xx); else the batch is refused.
+        sent: the request may have reached the server although its reply was lost.
+        status: the reply's HTTP status, or ``None`` when there was no reply.
+        retry_after: seconds the server asked to wait, or ``None``.
+        message: one line naming what failed (the status and the server's own message).
+    """
+
+    retry: bool
+    sent: bool
+    status: int | None
+    retry_after: float | None
+    message: str
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header (seconds or an HTTP date); ``None`` if absent or bad.
+
+    Examples:
+        >>> parse_retry_after("3"), parse_retry_after(None), parse_retry_after("soon")
+        (3.0, None, None)
+    """
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        return max(0.0, when.timestamp() - time.time())
+    return max(0.0, seconds) if math.isfinite(seconds) else None
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and what it wraps (causes, contexts, ``reason``, exception arguments), breadth first."""
+    todo: list[BaseException] = [exc]
+    seen: set[int] = set()
+    while todo and len(seen) < 32:
+        current = todo.pop(0)
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        for inner in (current.__cause__, current.__context__, getattr(current, "reason", None), *current.args):
+            if isinstance(inner, BaseException):
+                todo.append(inner)
+
+
+def _names(exc: BaseException) -> set[str]:
+    return {cls.__name__ for cls in type(exc).__mro__}
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _http_failure(exc: BaseException) -> Failure | None:
+    """A reply with a status: ``urllib``'s ``HTTPError`` or an exception carrying a ``response`` (requests)."""
+    headers: Any
+    if isinstance(exc, urllib.error.HTTPError):
+        status: Any = exc.code
+        headers = exc.headers
+        try:
+            body = exc.read().decode("utf-8", "replace")
+        except (OSError, ValueError):
+            body = ""
+    else:
+        response = getattr(exc, "response", None)
+        status = getattr(response, "status_code", None)
+        headers = getattr(response, "headers", None)
+        body = str(getattr(response, "text", "") or "")
+    if not isinstance(status, int):
+        return None
+    wait = parse_retry_after(headers.get("Retry-After") if headers is not None else None)
+    message = f"HTTP {status}" + (f": {_one_line(body)}" if body.strip() else "")
+    return Failure(DeliveryError(message, status=status).retryable, False, status, wait, message)
+
+
+def classify(exc: BaseException) -> Failure:
+    """Reads a delivery exception: is it worth trying again, and may the server have the batch already?
+
+    - :class:`~monitor_async.DeliveryError`: as it says (``retryable``, ``sent``, ``status``).
+    - A reply with a status (``urllib.error.HTTPError``, an exception with a
+      ``response``): retried on 408, 429 and 5xx, honouring ``Retry-After``.
+    - No connection (refused, unreachable, a connect timeout, DNS): retried;
+      the server cannot have the batch.
+    - A connection lost after sending, or a read timeout: retried; the
+      server may have the batch (``sent``), so the retry may duplicate it.
+    - Anything else (a bug, a refusal, a bad value): not retried.
+
+    Examples:
+        >>> classify(ConnectionRefusedError(111, "Connection refused")).retry
+        True
+        >>> classify(ValueError("bad")).retry
+        False
+    """
+    for inner in _chain(exc):
+        if isinstance(inner, DeliveryError):
+            return Failure(inner.retryable, inner.sent, inner.status, inner.retry_after, text_of(inner))
+    for inner in _chain(exc):
+        failure = _http_failure(inner)
+        if failure is not None:
+            return failure
+    causes = list(_chain(exc))
+    for inner in causes:
+        if (
+            isinstance(inner, (ConnectionRefusedError, socket.gaierror))
+            or _names(inner) & _NOT_SENT
+            or (type(inner) is OSError and inner.errno in _UNREACHABLE)
+        ):
+            return Failure(True, False, None, None, f"no connection: {_reason(causes)}")
+    for inner in causes:
+        if isinstance(inner, (TimeoutError, ConnectionError)) or _names(inner) & _MAYBE_SENT:
+            return Failure(True, True, None, None, f"no reply: {_reason(causes)}")
+    return Failure(False, False, None, None, _one_line(f"{type(exc).__name__}: {text_of(exc)}"))
+
+
+def text_of(exc: BaseException) -> str:
+    """``str(exc)``, or a stand-in when even that raises: reporting an error must never fail."""
+    try:
+        return str(exc)
+    except Exception:  # noqa: BLE001 - an exception whose __str__ raises
+        return "(its message could not be read)"
+
+
+_ERRNO = re.compile(r"\[Errno -?\d+\] [^\"'()\]\[]+")
+
+
+def _reason(causes: list[BaseException]) -> str:
+    """The gist of a connection failure: the system's words (``[Errno 111] Connection refused``) when given."""
+    for inner in causes:
+        if isinstance(inner, OSError) and inner.errno is not None and inner.strerror:
+            return f"[Errno {inner.errno}] {inner.strerror}"
+    for inner in causes:
+        found = _ERRNO.search(text_of(inner))
+        if found:
+            return found.group(0).strip()
+    for inner in causes:
+        if isinstance(inner, TimeoutError) or "Timeout" in _names(inner):
+            return "timed out"
+    return _one_line(f"{type(causes[-1]).__name__}: {causes[-1]}", 160)

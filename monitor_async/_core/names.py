@@ -1,0 +1,77 @@
+"""How names are made: rate names of counters, unique labels for watches and sinks."""
+
+from __future__ import annotations
+
+from collections.abc import Container, Iterable, Mapping
+
+__all__ = ["DEFAULT_RATE_NAMES", "RATE", "rate_names", "split_rates", "unique"]
+
+RATE = "_per_second"
+"""The suffix of every rate name."""
+
+DEFAULT_RATE_NAMES: dict[str, str] = {
+    "frames": "frames_per_second",
+    "batches": "batches_per_second",
+    "write_count": "writes_per_second",
+    "worker_frames": "worker_frames_per_second",
+    "sample_calls": "samples_per_second",
+    "samples_returned": "samples_returned_per_second",
+}
+"""TorchRL's counters and the names of their rates."""
+
+_COUNTER_OF = {rate[: -len(RATE)]: key for key, rate in DEFAULT_RATE_NAMES.items()}
+
+
+def rate_names(keys: Iterable[str] | None = None) -> dict[str, str]:
+    """``{counter: its rate's name}``: TorchRL's names for its counters, ``<key>_per_second`` for others.
+
+    Examples:
+        >>> rate_names(["write_count", "episodes"])
+        {'write_count': 'writes_per_second', 'episodes': 'episodes_per_second'}
+    """
+    if keys is None:
+        return dict(DEFAULT_RATE_NAMES)
+    return {key: DEFAULT_RATE_NAMES.get(key, key + RATE) for key in keys}
+
+
+def split_rates(metrics: Mapping[str, float]) -> tuple[list[tuple[str, float, float | None]], list[tuple[str, float]]]:
+    """``metrics`` as ``(key, value, its rate or None)``, and the rates with no counter beside them.
+
+    A rate ``<stem>_per_second`` belongs to the counter ``<stem>``, or to the
+    counter a default rate name comes from (``writes`` -> ``write_count``).
+
+    Args:
+        metrics: short metric names (no ``"<name>/"`` prefix) to values.
+
+    Returns:
+        ``(values, lone_rates)``; ``lone_rates`` holds ``(stem, rate)`` pairs.
+
+    Examples:
+        >>> split_rates({"frames": 10.0, "frames_per_second": 5.0, "x_per_second": 1.0})
+        ([('frames', 10.0, 5.0)], [('x', 1.0)])
+    """
+    rates = {k[: -len(RATE)]: v for k, v in metrics.items() if k.endswith(RATE)}
+    plain = {k: v for k, v in metrics.items() if not k.endswith(RATE)}
+    paired: dict[str, float] = {}
+    lone: list[tuple[str, float]] = []
+    for stem, rate in rates.items():
+        counter = stem if stem in plain else _COUNTER_OF.get(stem, "")
+        if counter in plain and counter not in paired:
+            paired[counter] = rate
+        else:
+            lone.append((stem, rate))
+    return [(k, v, paired.get(k)) for k, v in plain.items()], lone
+
+
+def unique(base: str, taken: Container[str]) -> str:
+    """``base``, or ``base_1``, ``base_2``... whichever is not ``taken`` first.
+
+    Examples:
+        >>> unique("csvsink", {"csvsink", "csvsink_1"})
+        'csvsink_2'
+    """
+    label, n = base, 0
+    while label in taken:
+        n += 1
+        label = f"{base}_{n}"
+    return label

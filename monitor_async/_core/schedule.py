@@ -1,0 +1,73 @@
+"""Logging schedules: when a polled snapshot is worth logging."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from .exceptions import ConfigError
+
+
+@dataclass(frozen=True, slots=True)
+class Every:
+    """When to log a watched target (TorchRL's ``Every``, same rules).
+
+    - ``Every.seconds(s)``: log when at least ``s`` seconds passed since the
+      target was last logged.
+    - ``Every.counter(key, n)``: log when the cumulative counter ``key`` of the
+      snapshot crosses a multiple of ``n``. Several crossings between two
+      polls log once; a decrease (reset, restored state) re-baselines the
+      schedule and the rates without logging.
+
+    A watch without a schedule logs at every poll. ``Every.seconds(s)`` logs
+    on a grid: the k-th log is due at ``t0 + k * s`` (``t0``: the first poll);
+    a poll at or after the due time logs, and due times missed are skipped,
+    not caught up, so the points are evenly spaced whatever the polls' jitter
+    (TorchRL's rule, ``s`` seconds since the last log, drifts by up to a poll
+    interval per log).
+
+    Args:
+        kind: ``"seconds"`` (wall clock) or ``"counter"`` (a cumulative
+            counter of the snapshot).
+        interval: seconds between logs, or counter units between logs;
+            strictly positive.
+        key: the counter's key in the snapshot (required for ``"counter"``;
+            also the record's default step).
+
+    Examples:
+        >>> Every.counter("frames", 1000)
+        Every(kind='counter', interval=1000, key='frames')
+        >>> Every(kind="weekly", interval=1)
+        Traceback (most recent call last):
+        ...
+        monitor_async.ConfigError: Every: kind must be 'seconds' or 'counter', got 'weekly'
+    """
+
+    kind: Literal["seconds", "counter"]
+    interval: float
+    key: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("seconds", "counter"):
+            raise ConfigError(f"Every: kind must be 'seconds' or 'counter', got {self.kind!r}")
+        if isinstance(self.interval, bool) or not isinstance(self.interval, (int, float)):
+            raise ConfigError(
+                f"Every: interval must be a strictly positive number, got {self.interval!r}"
+            )
+        if not self.interval > 0:
+            raise ConfigError(f"Every: interval must be strictly positive, got {self.interval!r}")
+        if self.kind == "counter":
+            if not self.key:
+                raise ConfigError("Every: a counter schedule needs a counter key, e.g. Every.counter('frames', 1000)")
+            if not isinstance(self.key, str):
+                raise ConfigError(f"Every: the counter key must be a string, got {type(self.key).__name__}")
+
+    @classmethod
+    def seconds(cls, interval: float) -> Every:
+        """A wall-clock schedule: log at most every ``interval`` seconds."""
+        return cls(kind="seconds", interval=interval)
+
+    @classmethod
+    def counter(cls, key: str, interval: float) -> Every:
+        """Log when snapshot entry ``key`` crosses a multiple of ``interval``."""
+        return cls(kind="counter", interval=interval, key=key)

@@ -1,0 +1,195 @@
+"""The sink protocol and the two bases every sink builds on.
+
+- :class:`BaseSink`: opens lazily on first write (or on ``async with``), so a
+  sink built in sync code works on whatever loop the monitor runs;
+  ``write`` after ``close()`` raises a clear error; ``close()`` is idempotent.
+- :class:`ThreadedSink`: for blocking libraries (tensorboardX, wandb, legacy
+  loggers). Its ``*_blocking`` hooks run on one daemon worker thread owned
+  by the sink, one call at a time, in order; exceptions come back to the
+  awaiting writer task. The thread ends when the sink is closed, or at once
+  when a monitor that stops asks (:meth:`ThreadedSink.retire_worker`); it
+  starts again at the next call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import threading
+from collections.abc import Callable, Sequence
+from types import TracebackType
+from typing import Any, Protocol, TypeVar, runtime_checkable
+
+from .exceptions import SinkClosedError
+from .record import Record
+from .threads import WorkerPool
+
+__all__ = ["BaseSink", "Sink", "ThreadedSink"]
+
+T = TypeVar("T")
+S = TypeVar("S", bound="BaseSink")
+
+
+@runtime_checkable
+class Sink(Protocol):
+    """Anything the monitor can write to. All three calls run on the monitor's loop.
+
+    A sink may also define ``async def write_batches(batches)``: several
+    batches (each at most ``max_batch`` records), to be written in order as
+    if by one ``write`` each. A background writer that gathered more than
+    ``max_batch`` records hands them over in one such call when the sink has
+    it, so a sink that works on a thread makes one trip there instead of one
+    per batch. :class:`BaseSink` has it.
+
+    A sink may also define ``counters() -> Mapping[str, float]``: figures of
+    its own (a network sink's ``retries``, ``spooled``...), which
+    ``Monitor.stats()`` reports as ``sink/<label>/<key>`` beside the
+    monitor's own per-sink counters (those win on a name clash). It is called
+    on the monitor's loop and must not block.
+    """
+
+    async def write(self, records: Sequence[Record]) -> None: ...
+
+    async def flush(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class BaseSink:
+    """Lazy open, async context manager, write-after-close error.
+
+    Subclasses implement ``_open``, ``_write``, ``_flush`` and ``_close``
+    (all async; ``_open``/``_flush``/``_close`` default to no-ops).
+    """
+
+    name: str | None = None
+
+    _opened = False
+    _closed = False
+
+    @property
+    def label(self) -> str:
+        return self.name or type(self).__name__.lower()
+
+    async def write(self, records: Sequence[Record]) -> None:
+        """Writes a batch of records (opening the sink first if needed)."""
+        if self._closed:
+            raise SinkClosedError(f"sink {self.label!r} is closed; it cannot write any more records")
+        if not self._opened:
+            await self.open()
+        await self._write(records)
+
+    async def write_batches(self, batches: Sequence[Sequence[Record]]) -> None:
+        """Writes several batches, in order, as one call (see :class:`Sink`)."""
+        if self._closed:
+            raise SinkClosedError(f"sink {self.label!r} is closed; it cannot write any more records")
+        if not self._opened:
+            await self.open()
+        await self._write_batches(batches)
+
+    async def open(self) -> None:
+        """Opens the sink now instead of at the first write. Idempotent."""
+        if self._closed:
+            raise SinkClosedError(f"sink {self.label!r} is closed; it cannot be opened again")
+        if not self._opened:
+            await self._open()
+            self._opened = True
+
+    async def flush(self) -> None:
+        """Makes what was written so far durable / visible (no-op before the first write)."""
+        if self._opened and not self._closed:
+            await self._flush()
+
+    async def close(self) -> None:
+        """Flushes and releases the sink. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._opened:
+            await self._close()
+
+    async def __aenter__(self: S) -> S:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def _open(self) -> None:
+        return None
+
+    async def _write(self, records: Sequence[Record]) -> None:
+        raise NotImplementedError
+
+    async def _write_batches(self, batches: Sequence[Sequence[Record]]) -> None:
+        for records in batches:
+            await self._write(records)
+
+    async def _flush(self) -> None:
+        return None
+
+    async def _close(self) -> None:
+        await self._flush()
+
+
+class ThreadedSink(BaseSink):
+    """A sink whose work is blocking: every hook runs on the sink's own worker thread, in order.
+
+    Subclasses implement ``open_blocking``, ``write_blocking(records)``,
+    ``flush_blocking`` and ``close_blocking``.
+    """
+
+    _worker: WorkerPool | None = None
+
+    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+        """Runs ``fn(*args)`` on this sink's worker thread and returns its result."""
+        if self._worker is None:
+            self._worker = WorkerPool(1, f"monitor-async-{self.label}")
+        return await asyncio.wrap_future(self._worker.submit(functools.partial(fn, *args)))
+
+    async def _open(self) -> None:
+        await self.call(self.open_blocking)
+
+    async def _write(self, records: Sequence[Record]) -> None:
+        await self.call(self.write_blocking, records)
+
+    async def _write_batches(self, batches: Sequence[Sequence[Record]]) -> None:
+        await self.call(self._write_all_blocking, batches)
+
+    def _write_all_blocking(self, batches: Sequence[Sequence[Record]]) -> None:
+        for records in batches:
+            self.write_blocking(records)
+
+    async def _flush(self) -> None:
+        await self.call(self.flush_blocking)
+
+    async def _close(self) -> None:
+        try:
+            await self.call(self.close_blocking)
+        finally:
+            self.retire_worker()
+
+    def retire_worker(self) -> list[threading.Thread]:
+        """Lets this sink's worker thread end as soon as it is idle (a later call starts one again).
+
+        Returns the thread when it was idle already (it ends promptly; a
+        caller off the loop may join it), else nothing.
+        """
+        return self._worker.retire() if self._worker is not None else []
+
+    def open_blocking(self) -> None:
+        return None
+
+    def write_blocking(self, records: Sequence[Record]) -> None:
+        raise NotImplementedError
+
+    def flush_blocking(self) -> None:
+        return None
+
+    def close_blocking(self) -> None:
+        self.flush_blocking()

@@ -1,0 +1,403 @@
+"""Turning a ``stats()`` result into flat ``{key: float}`` values.
+
+This is the per-value hot path: one pass that flattens nested mappings with
+``/``, coerces scalars to ``float``, leaves out what is not a finite number
+and puts each value under its namespaced key (``"<watch>/<key>"``, cached).
+Plain ``float``/``int``/``bool`` values never leave the loop body.
+
+One bad key or value costs only itself: a value whose conversion raises, a
+key that cannot be made a ``str``, a nested or lazy mapping whose read
+raises, and a key that an earlier key of the same snapshot already gave
+(after flattening: ``"a/b"`` and ``{"a": {"b": ...}}``, or ``1`` and
+``"1"``) are left out and counted; of colliding keys the first one in
+snapshot order is kept, and the watch's first collision is warned of. A
+mapping that contains itself, or nesting deeper than :data:`MAX_DEPTH`,
+fails the poll with :class:`~monitor_async.StatsCycleError` naming the watch
+and the key. Only ``BaseException`` that is not an ``Exception``
+(``KeyboardInterrupt``...) goes through.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from itertools import islice
+from typing import Any
+
+from .exceptions import StatsCycleError, StatsTypeError
+from .policy import describe, log
+
+__all__ = ["MAX_DEPTH", "Flattened", "KeyCache", "as_mapping", "flatten", "flatten_copy", "read"]
+
+MAX_DEPTH = 64
+"""Mappings nested deeper than this fail the poll (most likely a cycle through mappings made on each read)."""
+
+
+
+class _TooDeep(Exception):
+    """Internal: nesting went past :data:`MAX_DEPTH`; :func:`flatten` tells a cycle from a deep tree."""
+
+
+class _Collided(Exception):
+    """Internal: a nested mapping wrote a name twice; :func:`flatten` starts again on the checking path."""
+
+
+class KeyCache:
+    """``names[key]`` is ``prefix + key``; :meth:`of` computes it once per key.
+
+    ``names`` is a plain dict so that the hot path reads it with the
+    interpreter's fast dict subscript. Bounded: it starts afresh once it holds
+    more than ``bound`` keys (a target whose key names keep changing, with an
+    id or a time in them), so its memory never grows without bound.
+    ``added`` counts the keys ever added, so a reader can tell the set changed.
+    ``careful`` is set at the first collision (two keys of one snapshot giving
+    one name): from then on this target's snapshots take the path that checks
+    each name before writing it.
+    """
+
+    __slots__ = ("added", "bound", "careful", "names", "prefix")
+
+    def __init__(self, prefix: str, bound: int) -> None:
+        self.prefix = prefix
+        self.bound = bound
+        self.names: dict[Any, str] = {}
+        self.added = 0
+        self.careful = False
+
+    def of(self, key: Any) -> str | None:
+        """The namespaced name of ``key`` (a non-str key is first made a str); ``None`` when ``str(key)`` raises."""
+        names = self.names
+        name = names.get(key)
+        if name is None:
+            if type(key) is str:
+                text = key
+            else:
+                try:
+                    text = str(key)
+                except Exception:  # noqa: BLE001 - a key that cannot be named is left out, counted
+                    return None
+            if len(names) >= self.bound:
+                names.clear()
+            name = names[key] = self.prefix + text
+            self.added += 1
+        return name
+
+    def collided(self, name: str) -> None:
+        """A second value for ``name`` was left out: the first time, warn and check names from now on."""
+        if self.careful:
+            return
+        self.careful = True
+        log.warning(
+            "stats() of watch %r gave more than one value for %r (keys that are equal once nested "
+            "mappings are joined with '/' and keys made str, such as 'a/b' and {'a': {'b': ...}}, or 1 "
+            "and '1'); the first is kept, the others are left out and counted in "
+            "monitor.stats()['values_dropped'] (reported once per watch)",
+            self.prefix[:-1], name,
+        )
+
+
+class Flattened:
+    """A ``stats()`` result already flattened off the loop (on a worker thread).
+
+    :func:`read` hands its ``metrics`` and ``dropped`` back as they are.
+    """
+
+    __slots__ = ("dropped", "metrics")
+
+    def __init__(self, metrics: dict[str, float], dropped: int) -> None:
+        self.metrics = metrics
+        self.dropped = dropped
+
+
+def as_mapping(raw: object, watch: str) -> tuple[dict[Any, Any], int]:
+    """A private copy of ``raw`` (so a target mutating it cannot break the read), and how many reads failed.
+
+    A ``dict`` (or subclass) is copied whole. Any other mapping is read key
+    by key: a key whose read raises is left out and counted. Iterating the
+    mapping itself must work: its error fails the poll (a ``TypeError`` as
+    :class:`~monitor_async.StatsTypeError` naming the watch). Raises
+    ``StatsTypeError`` naming the watch when ``raw`` is not a mapping.
+    """
+    if not isinstance(raw, Mapping):
+        raise StatsTypeError(
+            f"stats() of watch {watch!r} returned {type(raw).__name__}, expected a mapping of scalars"
+        )
+    try:
+        return _copy(raw)
+    except TypeError as exc:
+        raise StatsTypeError(
+            f"stats() of watch {watch!r} returned a {type(raw).__name__} that could not be read: {describe(exc)}"
+        ) from exc
+
+
+def _copy(raw: Mapping[Any, Any]) -> tuple[dict[Any, Any], int]:
+    if isinstance(raw, dict):
+        return dict(raw), 0
+    out: dict[Any, Any] = {}
+    failed = 0
+    for key in raw:
+        try:
+            out[key] = raw[key]
+        except Exception:  # noqa: BLE001 - one unreadable value costs only itself
+            failed += 1
+    return out, failed
+
+
+def flatten_copy(raw: dict[Any, Any], out: dict[str, float], limit: int, keys: KeyCache) -> int:
+    """:func:`flatten` of a private copy of ``raw``, a dict the target may keep writing to from another thread.
+
+    A copy taken while another thread wrote to the dict was once seen torn on
+    CPython 3.11 under heavy thread switching ("dictionary keys changed during
+    iteration" while reading our own copy): the target did nothing wrong, so
+    the read starts again from a fresh copy.
+    """
+    try:
+        return flatten(raw.copy(), out, limit, keys, raw)
+    except RuntimeError:
+        out.clear()
+        return flatten(raw.copy(), out, limit, keys, raw)
+
+
+def read(raw: object, limit: int, keys: KeyCache) -> tuple[dict[str, float], int]:
+    """The namespaced finite values of any ``stats()`` result, and how many were left out.
+
+    ``raw`` may be a :class:`Flattened` (handed back as it is), a ``dict``
+    or any other mapping (copied first, see :func:`as_mapping`); anything
+    else raises :class:`~monitor_async.StatsTypeError` naming the watch.
+    """
+    if type(raw) is Flattened:
+        return raw.metrics, raw.dropped
+    out: dict[str, float] = {}
+    if type(raw) is dict:
+        return out, flatten_copy(raw, out, limit, keys)
+    copy, failed = as_mapping(raw, keys.prefix[:-1])
+    return out, flatten(copy, out, limit, keys, raw) + failed
+
+
+def _scalar(value: object) -> float | None:
+    """The float behind a non-builtin scalar (numpy, torch, Decimal...), or None (whatever its conversion raised)."""
+    if isinstance(value, (str, bytes, bytearray)):
+        return None
+    try:
+        item = getattr(value, "item", None)
+        if callable(item):
+            value = item()
+            if isinstance(value, (str, bytes, bytearray)):
+                return None
+        out = float(value)  # type: ignore[arg-type]
+    except Exception:  # noqa: BLE001 - a value whose conversion raises anything is left out, counted
+        return None
+    return out if out - out == 0.0 else None
+
+
+def flatten(raw: Mapping[Any, Any], out: dict[str, float], limit: int, keys: KeyCache, origin: object = None) -> int:
+    """Puts the finite numeric values of ``raw`` into the empty ``out`` under namespaced keys; returns how many were left out.
+
+    One pass does all of it: each key becomes ``keys.of(key)`` (the watch's
+    ``"<name>/"`` prefix, cached per key, so a snapshot of known keys builds
+    no new key string), nested mappings are copied, then flattened as
+    ``outer/inner``, and each value is coerced to ``float`` or left out.
+    ``out`` holds at most ``limit`` values (the first ones in snapshot
+    order); every value past the cap, nested ones included, counts as left
+    out. ``raw`` is read, never changed; ``origin`` is the mapping it was
+    copied from, so that a mapping holding that one is seen as a cycle.
+    Raises :class:`~monitor_async.StatsCycleError` for a cycle or nesting
+    deeper than :data:`MAX_DEPTH`.
+    """
+    try:
+        size = len(raw)
+        if keys.careful or size > limit:
+            return _flatten(raw, out, limit, keys, "", 0, True) + _cut(out, limit)
+        # the common case, kept lean: a flat mapping of str -> float/int/bool under the cap
+        dropped = 0
+        grown = 0  # what nested mappings added to ``out``, less the one item each stood for, plus their drops
+        names = keys.names
+        for key, value in raw.items():
+            kind = type(value)
+            if kind is float:
+                if value - value != 0.0:  # inf or nan
+                    dropped += 1
+                    continue
+            elif kind is int or kind is bool:
+                try:
+                    value = value + 0.0
+                except OverflowError:
+                    dropped += 1
+                    continue
+            elif isinstance(value, Mapping):
+                if type(key) is not str:
+                    try:
+                        key = str(key)
+                    except Exception:  # noqa: BLE001
+                        dropped += 1
+                        continue
+                before = len(out)
+                nested = _nested(value, out, limit, keys, key + "/", 0)
+                dropped += nested
+                grown += len(out) - before - 1 + nested
+                continue
+            else:
+                value = _scalar(value)
+                if value is None:
+                    dropped += 1
+                    continue
+            try:
+                out[names[key]] = value
+            except KeyError:
+                name = keys.of(key)
+                if name is None:
+                    dropped += 1
+                    continue
+                out[name] = value
+        if len(out) != size - dropped + grown:
+            # a name was written twice (1 and "1", or "a/b" after {"a": {"b": ...}}): the later value
+            # replaced the first; again, on the path that checks each name and keeps the first
+            out.clear()
+            dropped = _flatten(raw, out, limit, keys, "", 0, True)
+        return dropped + _cut(out, limit)
+    except _Collided:  # in a nested mapping
+        out.clear()
+        return _flatten(raw, out, limit, keys, "", 0, True) + _cut(out, limit)
+    except _TooDeep:
+        raise _too_deep(raw, origin, keys) from None
+
+
+def _flatten(
+    raw: Mapping[Any, Any], out: dict[str, float], limit: int, keys: KeyCache, prefix: str, depth: int, check: bool
+) -> int:
+    """:func:`flatten` for nested mappings (keys under ``prefix``, ``depth`` levels down), past the cap, after a collision.
+
+    With ``check``, a name already in ``out`` keeps its value (the later one
+    is left out, counted, warned of once); without, the caller tells from the
+    size of ``out`` whether a name was written twice.
+    """
+    dropped = 0
+    start = len(out)
+    room = limit - start
+    size = len(raw)
+    items: Iterable[tuple[Any, Any]] = raw.items()
+    past = 0
+    if size > room:
+        size = room = max(room, 0)
+        items = islice(items, room)
+        past = _count(islice(raw.values(), room, None), 0)
+    grown = 0  # as in flatten()
+    for key, value in items:
+        if type(key) is not str:
+            try:
+                key = str(key)
+            except Exception:  # noqa: BLE001 - a key that cannot be named is left out, counted
+                dropped += 1
+                continue
+        kind = type(value)
+        if kind is float:
+            if value - value != 0.0:  # inf or nan
+                dropped += 1
+                continue
+        elif kind is int or kind is bool:
+            try:
+                value = value + 0.0
+            except OverflowError:
+                dropped += 1
+                continue
+        elif isinstance(value, Mapping):
+            before = len(out)
+            nested = _nested(value, out, limit, keys, prefix + key + "/", depth, check)
+            dropped += nested
+            grown += len(out) - before - 1 + nested
+            continue
+        else:
+            value = _scalar(value)
+            if value is None:
+                dropped += 1
+                continue
+        name = keys.of(prefix + key)
+        if name is None or (check and name in out):  # (a str key always has a name)
+            dropped += 1
+            if name is not None:
+                keys.collided(name)
+            continue
+        out[name] = value
+    if not check and len(out) != start + size - dropped + grown:
+        raise _Collided  # a name was written twice: flatten() starts again, checking each name
+    return dropped + past
+
+
+def _nested(
+    value: Mapping[Any, Any], out: dict[str, float], limit: int, keys: KeyCache, prefix: str, depth: int,
+    check: bool = False,
+) -> int:
+    """Flattens the nested mapping ``value`` under ``prefix``; returns how many of its values were left out."""
+    if depth >= MAX_DEPTH:
+        raise _TooDeep
+    # a private copy: the target may be writing to its nested dicts too
+    if type(value) is dict:
+        return _flatten(value.copy(), out, limit, keys, prefix, depth + 1, check)
+    try:
+        nested, failed = _copy(value)
+    except Exception:  # noqa: BLE001 - a nested mapping that cannot be read is left out, counted as one
+        return 1
+    return failed + _flatten(nested, out, limit, keys, prefix, depth + 1, check)
+
+
+def _too_deep(raw: Mapping[Any, Any], origin: object, keys: KeyCache) -> StatsCycleError:
+    """The error for nesting past :data:`MAX_DEPTH`: a cycle (naming the key that closes it), else a deep tree."""
+    watch = keys.prefix[:-1]
+    try:
+        key = _cycle(raw, (id(origin), id(raw)), "")
+    except _TooDeep:
+        key = None
+    if key is not None:
+        return StatsCycleError(
+            f"stats() of watch {watch!r} returned a mapping that contains itself: a cycle at key "
+            f"{keys.prefix + key!r}; return a tree of mappings"
+        )
+    return StatsCycleError(
+        f"stats() of watch {watch!r} nests mappings more than {MAX_DEPTH} levels deep: a cycle through "
+        "mappings made anew on each read, or a tree too deep to flatten"
+    )
+
+
+def _cycle(mapping: Mapping[Any, Any], path: tuple[int, ...], prefix: str) -> str | None:
+    """The key (under ``prefix``) of the first mapping, depth first, that is one of its own ancestors (``path``)."""
+    if len(path) > MAX_DEPTH + 2:
+        raise _TooDeep
+    try:
+        items = list(mapping.items())
+    except Exception:  # noqa: BLE001 - unreadable: flattening left it out
+        return None
+    for key, value in items:
+        if isinstance(value, Mapping):
+            try:
+                name = f"{prefix}{key}"
+            except Exception:  # noqa: BLE001 - a key that cannot be named was left out
+                continue
+            if id(value) in path:
+                return name
+            found = _cycle(value, (*path, id(value)), name + "/")
+            if found is not None:
+                return found
+    return None
+
+
+def _cut(out: dict[str, float], limit: int) -> int:
+    """Plain values after a nested mapping went past the cap: the newest ones go; returns how many."""
+    excess = len(out) - limit
+    if excess <= 0:
+        return 0
+    for key in list(islice(reversed(out), excess)):
+        del out[key]
+    return excess
+
+
+def _count(values: Iterable[Any], depth: int) -> int:
+    """How many values ``values`` holds, counting the leaves of nested mappings (a mapping past the depth cap, or one that cannot be read, as one)."""
+    n = 0
+    for value in values:
+        if isinstance(value, Mapping) and depth < MAX_DEPTH:
+            try:
+                n += _count(list(value.values()), depth + 1)
+            except Exception:  # noqa: BLE001
+                n += 1
+        else:
+            n += 1
+    return n

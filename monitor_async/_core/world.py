@@ -1,0 +1,325 @@
+"""Where this process stands in a distributed job, and what sinks do with it.
+
+:func:`world` answers "which rank am I, of how many, on which host" without
+importing torch and without talking to any other process: it reads an
+initialised ``torch.distributed`` when the program imported it, else the
+environment that launchers set (torchrun and ``accelerate launch``: ``RANK``,
+``WORLD_SIZE``, ``LOCAL_RANK``; SLURM: ``SLURM_PROCID``, ``SLURM_NTASKS``,
+``SLURM_LOCALID``; Open MPI: ``OMPI_COMM_WORLD_RANK``, ``OMPI_COMM_WORLD_SIZE``,
+``OMPI_COMM_WORLD_LOCAL_RANK``), else it is a single process. ``Monitor(world=...)``
+overrides it for one monitor.
+
+The rest serves sinks (``ranks="main" | "all"`` and ``{rank}`` in file paths)
+and the provenance every :class:`~monitor_async.Record` carries in ``source``.
+Nothing here ever waits for another rank: there is no collective anywhere in
+monitor-async.
+
+Examples:
+    >>> from monitor_async.distributed import World, world
+    >>> world(environ={"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1"}).rank
+    3
+    >>> World(rank=0, world_size=1).main
+    True
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .exceptions import ConfigError
+from .record import EMPTY_SOURCE, Source
+
+__all__ = [
+    "RANKS",
+    "Ranks",
+    "World",
+    "check_ranks",
+    "for_rank",
+    "keep_apart",
+    "many_sources",
+    "rank_path",
+    "serves",
+    "source_of",
+    "source_text",
+    "world",
+]
+
+Ranks = Literal["main", "all"]
+RANKS: tuple[str, ...] = ("main", "all")
+
+_LAUNCHERS: tuple[tuple[str, str, str, str], ...] = (
+    ("env", "RANK", "WORLD_SIZE", "LOCAL_RANK"),  # torchrun, accelerate launch, deepspeed
+    ("slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
+    ("mpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
+)
+
+
+@dataclass(frozen=True)
+class World:
+    """This process's place in its job.
+
+    Attributes:
+        rank: the global rank, ``0 <= rank < world_size``; rank 0 is the main rank.
+        world_size: how many processes the job has.
+        local_rank: the rank among the processes of this host.
+        host: this host's name.
+        found: where the figures came from: ``"torch.distributed"``, ``"env"``
+            (torchrun, accelerate), ``"slurm"``, ``"mpi"``, ``"single"`` or
+            ``"given"`` (built by hand).
+
+    Raises:
+        ConfigError: when ``world_size < 1`` or ``rank`` is not in ``[0, world_size)``.
+
+    Examples:
+        >>> w = World(rank=1, world_size=4)
+        >>> w.main, w.local_rank, w.found
+        (False, 1, 'given')
+    """
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int | None = None
+    host: str = field(default_factory=socket.gethostname)
+    found: str = "given"
+
+    def __post_init__(self) -> None:
+        for name in ("rank", "world_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"World: {name} must be an integer, got {value!r}")
+        if self.world_size < 1 or not 0 <= self.rank < self.world_size:
+            raise ConfigError(
+                f"World: rank must be in [0, world_size) and world_size >= 1, "
+                f"got rank={self.rank!r}, world_size={self.world_size!r}"
+            )
+        if self.local_rank is None:
+            object.__setattr__(self, "local_rank", self.rank)
+
+    @property
+    def main(self) -> bool:
+        """Whether this is the main rank (rank 0), the one that logs shared-run trackers."""
+        return self.rank == 0
+
+
+def _int(environ: Mapping[str, str], key: str) -> int | None:
+    value = environ.get(key)
+    if value is None or not value.strip().lstrip("-").isdigit():
+        return None
+    return int(value)
+
+
+def _from_torch(environ: Mapping[str, str]) -> World | None:
+    """The initialised default process group, when the program imported torch.distributed (never imports it)."""
+    dist: Any = sys.modules.get("torch.distributed")
+    if dist is None:
+        return None
+    try:
+        if not (dist.is_available() and dist.is_initialized()):
+            return None
+        rank, size = int(dist.get_rank()), int(dist.get_world_size())
+    except (RuntimeError, ValueError, AttributeError):
+        return None
+    local = _int(environ, "LOCAL_RANK")
+    return World(rank, size, local if local is not None else rank, socket.gethostname(), "torch.distributed")
+
+
+def world(*, environ: Mapping[str, str] | None = None) -> World:
+    """This process's rank, world size, local rank and host.
+
+    Detected in this order: an initialised ``torch.distributed`` (only when
+    the program imported it: this never imports torch); the launcher's
+    environment (torchrun / ``accelerate launch``, then SLURM, then Open
+    MPI); else a single process (rank 0 of 1). Reads only this process's
+    state: no message goes to another rank.
+
+    Args:
+        environ: the environment to read (default ``os.environ``).
+
+    Returns:
+        A :class:`World`. Variables that are missing or not integers are
+        skipped; a launcher whose rank is out of range is skipped too.
+
+    Examples:
+        >>> w = world(environ={"SLURM_PROCID": "2", "SLURM_NTASKS": "4", "SLURM_LOCALID": "0"})
+        >>> (w.rank, w.world_size, w.local_rank, w.found)
+        (2, 4, 0, 'slurm')
+        >>> world(environ={}).world_size
+        1
+    """
+    env = os.environ if environ is None else environ
+    found = _from_torch(env)
+    if found is not None:
+        return found
+    host = socket.gethostname()
+    for name, rank_key, size_key, local_key in _LAUNCHERS:
+        rank, size = _int(env, rank_key), _int(env, size_key)
+        if rank is None or size is None or size < 1 or not 0 <= rank < size:
+            continue
+        local = _int(env, local_key)
+        return World(rank, size, rank if local is None else local, host, name)
+    return World(0, 1, 0, host, "single")
+
+
+def source_of(w: World) -> Source:
+    """What this world stamps on its records: ``{"rank": r}`` when the job has several ranks, else nothing."""
+    return Source({"rank": w.rank}) if w.world_size > 1 else EMPTY_SOURCE
+
+
+def source_text(source: Mapping[str, Any]) -> str:
+    """``source`` as one cell of text: ``key=value`` pairs joined by ``;`` (empty when there is none).
+
+    What :class:`~monitor_async.backends.CSVSink` writes in its ``source``
+    column; ``pandas`` and ``csv.reader`` read it back as one string.
+
+    Args:
+        source: a record's source.
+
+    Returns:
+        The text, e.g. ``"rank=1"`` or ``"host=n1;pid=42"``.
+
+    Examples:
+        >>> source_text({"rank": 1, "host": "n1"})
+        'rank=1;host=n1'
+    """
+    return ";".join(f"{key}={value}" for key, value in source.items())
+
+
+# --------------------------------------------------------------------- sinks
+def check_ranks(ranks: object, owner: str) -> Ranks:
+    """Validates a sink's ``ranks=`` option.
+
+    Args:
+        ranks: ``"main"`` (only the main rank opens and writes the sink) or
+            ``"all"`` (every rank does).
+        owner: the sink's name, for the error message.
+
+    Returns:
+        ``ranks``, checked.
+
+    Raises:
+        ConfigError: naming ``owner`` for anything else.
+
+    Examples:
+        >>> check_ranks("main", "TensorBoardSink")
+        'main'
+    """
+    if ranks not in RANKS:
+        raise ConfigError(f"{owner}: ranks must be 'main' or 'all', got {ranks!r}")
+    return ranks  # type: ignore[return-value]
+
+
+def serves(sink: object, w: World) -> bool:
+    """Whether ``sink`` is to be used on this rank: not a ``ranks="main"`` sink on another rank.
+
+    Args:
+        sink: any sink; one without a ``ranks`` attribute serves every rank.
+        w: the monitor's world.
+
+    Returns:
+        ``False`` only for a main-rank sink away from rank 0.
+
+    Examples:
+        >>> class S: ranks = "main"
+        >>> serves(S(), World(rank=1, world_size=2)), serves(S(), World())
+        (False, True)
+    """
+    return w.main or getattr(sink, "ranks", "all") != "main"
+
+
+def for_rank(sinks: Any, w: World) -> Any:
+    """The sinks a monitor of world ``w`` keeps: a ``ranks="main"`` sink away from rank 0 is left out.
+
+    Args:
+        sinks: what ``Monitor(sinks)`` takes (``None``, one sink, or a sequence).
+        w: the monitor's world.
+
+    Returns:
+        ``sinks`` itself when all are kept, else the list of those kept.
+
+    Examples:
+        >>> class S: ranks = "main"
+        >>> for_rank([S()], World(rank=1, world_size=2))
+        []
+    """
+    if w.main or sinks is None:
+        return sinks
+    many = isinstance(sinks, (list, tuple))
+    kept = [s for s in (sinks if many else [sinks]) if serves(s, w)]
+    return kept if len(kept) != (len(sinks) if many else 1) else sinks
+
+
+def rank_path(path: str | os.PathLike[str], w: World | None = None) -> str:
+    """``path`` with every ``{rank}`` replaced by this process's rank (other text untouched).
+
+    Args:
+        path: a file or folder path, e.g. ``"runs/metrics_{rank}.csv"``.
+        w: the world to take the rank from (default :func:`world`).
+
+    Returns:
+        The path as a string.
+
+    Examples:
+        >>> rank_path("runs/rank{rank}/m.csv", World(rank=2, world_size=4))
+        'runs/rank2/m.csv'
+    """
+    text = os.fspath(path)
+    if "{rank}" not in text:
+        return text
+    return text.replace("{rank}", str((w or world()).rank))
+
+
+def many_sources() -> bool:
+    """Whether records written here come from several processes, so a file sink should say which.
+
+    True on a rank of a job of several, and inside a Ray actor (where a
+    :class:`~monitor_async.backends.RaySink` hosts its sink). Never imports Ray.
+
+    Returns:
+        What :class:`~monitor_async.backends.CSVSink` uses to add its ``source`` column.
+
+    Examples:
+        >>> many_sources() in (True, False)
+        True
+    """
+    if world().world_size > 1:
+        return True
+    ray: Any = sys.modules.get("ray")
+    try:
+        return bool(ray is not None and ray.is_initialized() and ray.get_runtime_context().get_actor_id())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def keep_apart(log_dir: str | os.PathLike[str], ranks: str, w: World | None = None) -> str:
+    """A tracker's folder on this rank: ``{rank}`` replaced; with ``ranks="all"``, one sub-folder per rank.
+
+    TensorBoard shows each sub-folder as a run of its own, so the ranks'
+    curves stay apart instead of interleaving in one run.
+
+    Args:
+        log_dir: the folder given to the sink.
+        ranks: the sink's ``ranks``.
+        w: the world (default :func:`world`).
+
+    Returns:
+        ``log_dir`` itself on a job of one rank, with ``ranks="main"``, or
+        when it holds ``{rank}`` (then replaced); else ``log_dir/rank<r>``.
+
+    Examples:
+        >>> keep_apart("runs/tb", "all", World(rank=2, world_size=4))
+        'runs/tb/rank2'
+        >>> keep_apart("runs/tb", "main", World(rank=0, world_size=4))
+        'runs/tb'
+    """
+    w = w or world()
+    text = os.fspath(log_dir)
+    if "{rank}" in text:
+        return rank_path(text, w)
+    if ranks == "all" and w.world_size > 1:
+        return os.path.join(text, f"rank{w.rank}")
+    return text

@@ -1,0 +1,27 @@
+"""The monitor's own cumulative poll counters, and the grace a cancelled task gets."""
+
+from __future__ import annotations
+
+__all__ = ["GRACE", "Counters"]
+
+GRACE = 0.25
+"""Seconds granted past a deadline for a cancelled task to end before it is left behind."""
+
+
+class Counters:
+    """The monitor's own cumulative poll counters (``Monitor.stats()``)."""
+
+    __slots__ = (
+        "polls", "polls_failed", "polls_missed", "polls_timed_out", "records", "targets_dead", "targets_died",
+        "values_dropped",
+    )
+
+    def __init__(self) -> None:
+        self.polls = 0
+        self.polls_failed = 0
+        self.polls_timed_out = 0
+        self.polls_missed = 0
+        self.records = 0
+        self.values_dropped = 0
+        self.targets_dead = 0  # dead targets polled with backoff now (_health)
+        self.targets_died = 0

@@ -1,0 +1,129 @@
+"""Dead targets: a watched process that is gone is reported once, then polled with backoff.
+
+A poll that fails with an error saying the target's *process* is gone (a Ray
+``RayActorError`` / ``ActorDiedError``; a ``multiprocessing`` manager that
+died: ``EOFError``, ``ConnectionRefusedError``, ``ConnectionResetError``,
+``BrokenPipeError``, or ``FileNotFoundError`` for a Unix-socket manager) marks
+the watch dead: one report through ``on_error`` naming the watch, then its
+caller is wrapped in :class:`Resting`, which skips the watch's slots (counted
+as ``polls_missed``) and calls through once per backoff step: 1 s after the
+death, then 2, 4, 8, 16 and 30 s apart. The first call that answers brings
+the watch back as it was (logged at INFO). Nothing else waits on a dead
+target: skipping a slot costs one comparison.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable
+from time import monotonic
+from typing import TYPE_CHECKING, Any
+
+from .._core.policy import describe, log
+from .callers import Busy, Caller
+
+if TYPE_CHECKING:
+    from .._core.policy import ErrorPolicy
+    from .counters import Counters
+    from .watch import Watch
+
+__all__ = ["FIRST_RETRY", "LONGEST_WAIT", "Resting", "is_dead", "on_failure"]
+
+FIRST_RETRY = 1.0
+"""Seconds from a target's death to its first retry; also the shortest wait between retries."""
+LONGEST_WAIT = 30.0
+"""The longest wait between two retries of a dead target."""
+
+_DEAD = (EOFError, ConnectionRefusedError, ConnectionResetError, BrokenPipeError, FileNotFoundError)
+_RAY_DEAD = frozenset({"RayActorError", "ActorDiedError"})
+
+
+def is_dead(exc: BaseException) -> bool:
+    """Whether ``exc`` says the target's process is gone (see the module docstring).
+
+    Ray's errors are recognised by class name, so Ray is never imported here.
+
+    Args:
+        exc: the error a poll failed with.
+
+    Returns:
+        ``True`` for a dead target.
+
+    Examples:
+        >>> is_dead(ConnectionRefusedError()), is_dead(ValueError())
+        (True, False)
+    """
+    if isinstance(exc, _DEAD):
+        return True
+    return any(cls.__name__ in _RAY_DEAD and cls.__module__.startswith("ray") for cls in type(exc).__mro__)
+
+
+class Resting(Caller):
+    """Stands in for a dead target's caller: skips polls until the next retry, then calls through."""
+
+    def __init__(self, watch: Watch, inner: Caller, counters: Counters) -> None:
+        self.watch = watch
+        self.inner = inner
+        self.counters = counters
+        self.wait = FIRST_RETRY
+        self.retry_at = monotonic() + FIRST_RETRY
+
+    @property
+    def mode(self) -> str:  # type: ignore[override]
+        return self.inner.mode
+
+    @property
+    def busy(self) -> bool:
+        return self.inner.busy
+
+    def call(self) -> Any:
+        now = monotonic()
+        if now < self.retry_at:
+            raise Busy
+        self.wait = min(2 * self.wait, LONGEST_WAIT)
+        self.retry_at = now + self.wait
+        result = self.inner.call()  # a failure goes to the poller's fail(), which keeps us resting
+        if type(result) is not dict and inspect.isawaitable(result):
+            return self._probe(result)
+        self.revive()
+        return result
+
+    async def _probe(self, pending: Awaitable[Any]) -> Any:
+        result = await pending
+        self.revive()
+        return result
+
+    def timed_out(self) -> None:
+        self.inner.timed_out()
+
+    def revive(self) -> None:
+        """The target answered: its own caller takes over again."""
+        watch = self.watch
+        if watch.caller is self:
+            watch.caller = self.inner
+            self.counters.targets_dead -= 1
+            log.info("watch %r: its target answers again; polling it as before", watch.name)
+
+
+def on_failure(counters: Counters, errors: ErrorPolicy, watch: Watch, exc: BaseException) -> bool:
+    """Called by the poller for every failed poll; ``True`` when the failure is a dead target's (handled here).
+
+    The first such failure reports the death once through ``on_error``
+    (naming the watch) and starts the backoff; failed retries are silent.
+    """
+    if isinstance(watch.caller, Resting):
+        return True
+    if not is_dead(exc):
+        return False
+    watch.caller = Resting(watch, watch.caller, counters)
+    counters.targets_dead += 1
+    counters.targets_died += 1
+    errors.report(
+        f"watch {watch.name!r}: its target's process is gone ({describe(exc)}); polling it again "
+        f"after {FIRST_RETRY:g} s, then up to {LONGEST_WAIT:g} s apart, until it answers "
+        "(monitor.stats()['targets_dead'])",
+        exc,
+        first=True,
+    )
+    watch.failing = True
+    return True

@@ -1,0 +1,801 @@
+"""The monitor's lifecycle: watches, channels, manual ``step()``, background start/stop."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from types import TracebackType
+from typing import Any
+
+from .._core.exceptions import ConfigError, WatchTypeError
+from .._core.names import unique
+from .._core.policy import ON_ERROR, ErrorPolicy, OnError, log
+from .._core.record import Record
+from .._core.schedule import Every
+from .._core.threads import WorkerPool
+from .._core.world import World, for_rank, source_of
+from .._core.world import world as detect_world
+from .boards import Board
+from .callers import OFFLOADS, Offload, make_caller
+from .channel import channels_for
+from .counters import GRACE, Counters
+from .poll import Poller
+from .push import Pushes
+from .queue import wait_for_waiter
+from .reduce import LocalBoard, Reduce, ReducedWatch, Reduction, board_for, publisher
+from .timers import Ticks, poll_forever
+from .watch import Watch
+
+__all__ = ["Monitor"]
+
+
+def _positive(name: str, value: float | None, *, integer: bool = False, zero: bool = False) -> None:
+    """Raises ``ValueError`` naming the option unless ``value`` is a finite number > 0 (>= 0 with ``zero``).
+
+    ``None`` passes (an option left to its default), except for an option that may be ``0``.
+    """
+    if value is None:
+        ok = not zero
+    elif isinstance(value, bool) or not isinstance(value, int if integer else (int, float)):
+        ok = False
+    else:
+        ok = (value >= 0 if zero else value > 0) and (integer or not math.isinf(value))
+    if not ok:
+        kind = "a positive integer" if integer else "a finite number of seconds >= 0" if zero else (
+            "a strictly positive number of seconds"
+        )
+        raise ConfigError(f"Monitor: {name} must be {kind}, got {value!r}")
+
+
+def _default_name(target: Any) -> str:
+    """The lowercase class name; for a manager proxy or a Ray actor handle, the class behind it."""
+    name = type(target).__name__
+    if name.startswith("AutoProxy[") and name.endswith("]"):
+        name = name[len("AutoProxy[") : -1]
+    elif name == "ActorHandle":
+        descriptor = getattr(target, "_ray_actor_creation_function_descriptor", None)
+        name = (getattr(descriptor, "class_name", None) or name).rpartition(".")[2]
+    return name.lower()
+
+
+def _function_name(fn: Callable[..., Any]) -> str:
+    """The default watch name of a bare ``stats_fn``: its lowercase name (``"stats"`` for a lambda)."""
+    name = getattr(fn, "__name__", "")
+    return name.lower() if name.isidentifier() else "stats"
+
+
+class Monitor:
+    """Polls watched targets on the running event loop and streams their metrics to sinks.
+
+    Guarantees:
+        - Every watched target is polled by its own task: a slow, failing or
+          hung target never delays another.
+        - Each sink has its own bounded queue; when a sink falls behind the
+          *oldest* queued records are dropped and counted
+          (``stats()["sink/<label>/dropped"]``). Polling never waits for a sink.
+        - Records of one watch reach every sink in poll order.
+        - In background mode a record reaches its sink within ``batch_wait``
+          seconds (default 0.25) of its poll, sooner once half of
+          ``queue_size`` records wait (they then go out in batches of
+          ``max_batch``, all in one ``write_batches`` call when the sink has
+          it, else one ``write`` after another); ``step()``, ``flush()`` and
+          ``stop()`` write everything queued at once. ``batch_wait=0`` writes
+          as soon as anything is queued.
+        - ``stop()`` and ``flush()`` return within a bounded time whatever
+          hangs, even a ``stats()`` or a sink that ignores its cancellation:
+          a hung target's final snapshot is skipped, and a sink that does not
+          drain within ``stop_timeout`` seconds is abandoned (what it held
+          counted in ``sink/<label>/abandoned``), both with a warning. What
+          ignores its cancellation is left behind on the loop (it cannot be
+          killed).
+        - ``step()`` writes to every sink at once: a hung sink holds back
+          none of the others, only ``step()``'s return.
+        - ``KeyboardInterrupt``, ``SystemExit`` or a stray ``CancelledError``
+          raised by a ``stats()`` or a sink is a failure of that watch or
+          sink (counted, reported through ``on_error``), never the end of the
+          loop, a writer or ``step()``; a real cancel of the caller
+          propagates.
+        - For each sink, ``written + dropped + queued + abandoned ==
+          delivered`` whenever no write is under way (always after
+          ``stop()``).
+        - ``start()`` after ``stop()`` starts again, on the same loop or
+          another one.
+        - The monitor never closes targets, and closes sinks only when built
+          with ``close_sinks=True``.
+        - In a distributed job (``world=`` or :func:`monitor_async.distributed.world`),
+          a sink built with ``ranks="main"`` is left out on every rank but
+          rank 0 (never opened there), each record's ``source`` holds the
+          rank, and the monitor never calls a collective or waits for another
+          rank (see ``watch(reduce=...)``).
+
+    Args:
+        sinks: where records go: a sink (anything with ``async write``,
+            ``flush`` and ``close``: see :class:`~monitor_async.Sink`), a TorchRL
+            or AgileRL logger (wrapped in :class:`~monitor_async.LoggerSink`),
+            or a sequence of them. ``None``: no sink (``step()`` still returns
+            the values). Anything else raises :class:`~monitor_async.SinkTypeError`.
+        poll_interval: seconds between two polls of a watch, for every watch
+            that does not set its own (default 1.0; must be > 0).
+        on_error: what a failing target or sink does: ``"warn"`` (default)
+            logs one warning per failure streak on the ``monitor_async``
+            logger and counts it; ``"ignore"`` only counts; ``"raise"``
+            re-raises from ``step()``, and in background mode stops polling at
+            the first error and re-raises it from ``run()``/``stop()``.
+        queue_size: records each sink's queue holds (default 1024); when a
+            sink falls behind (its queue fills while it is still writing),
+            the oldest are dropped and counted. A burst the monitor makes in
+            one pass of the loop (the first polls of many watches, a
+            ``step()``, the final snapshots) while the sink is not writing
+            is kept whole for the sink's next write, whatever its size. Also
+            the most pushed values (``log()``) that wait for the loop.
+        max_batch: the most records one ``sink.write`` call gets (default 256).
+        poll_timeout: seconds a poll may take before it counts as timed out,
+            for every watch without its own ``timeout`` (default ``None``: the
+            watch's poll interval).
+        close_sinks: close the sinks at ``stop()`` (default ``False``: the
+            monitor does not own them; it only flushes them).
+        stop_timeout: seconds ``stop()``, ``flush()`` and ``close()`` wait for
+            a sink to drain (and, with ``close_sinks``, to close) before giving
+            it up with a warning (default 5.0).
+        thread_limit: worker threads for thread-offloaded ``stats()`` calls
+            (default 8); a call that timed out stops counting against it.
+        max_values: values kept per snapshot or push (default 10,000); the
+            rest are left out and counted in ``values_dropped``.
+        batch_wait: seconds a background writer lets records gather before
+            it writes (default 0.25; ``0`` writes at once). ``step()``,
+            ``flush()`` and ``stop()`` never wait for it.
+        world: this process's place in a distributed job
+            (:class:`~monitor_async.distributed.World`); default: detected by
+            :func:`monitor_async.distributed.world` (torch.distributed,
+            torchrun, SLURM, Open MPI, else a single process).
+
+    Raises:
+        ConfigError: an option is out of range (the message names it).
+        SinkTypeError: something given as a sink is neither a sink nor a logger.
+
+    Examples:
+        >>> import asyncio
+        >>> from monitor_async import Monitor
+        >>> from monitor_async.backends import MemorySink
+        >>> class Buffer:
+        ...     def stats(self):
+        ...         return {"size": 3, "write_count": 10}
+        >>> async def main():
+        ...     monitor = Monitor(MemorySink())
+        ...     monitor.watch(Buffer(), name="rb")
+        ...     return await monitor.step()
+        >>> asyncio.run(main())
+        {'rb': {'rb/size': 3.0, 'rb/write_count': 10.0}}
+    """
+
+    def __init__(
+        self,
+        sinks: Any = None,
+        *,
+        poll_interval: float = 1.0,
+        on_error: OnError = "warn",
+        queue_size: int = 1024,
+        max_batch: int = 256,
+        poll_timeout: float | None = None,
+        close_sinks: bool = False,
+        stop_timeout: float = 5.0,
+        thread_limit: int = 8,
+        max_values: int = 10_000,
+        batch_wait: float = 0.25,
+        world: World | None = None,
+    ) -> None:
+        if on_error not in ON_ERROR:
+            raise ConfigError(f"Monitor: on_error must be 'warn', 'raise' or 'ignore', got {on_error!r}")
+        _positive("poll_interval", poll_interval)
+        _positive("poll_timeout", poll_timeout)
+        _positive("stop_timeout", stop_timeout)
+        _positive("queue_size", queue_size, integer=True)
+        _positive("max_batch", max_batch, integer=True)
+        _positive("thread_limit", thread_limit, integer=True)
+        _positive("max_values", max_values, integer=True)
+        _positive("batch_wait", batch_wait, zero=True)
+        self.poll_interval = float(poll_interval)
+        self.poll_timeout = poll_timeout
+        self.stop_timeout = float(stop_timeout)
+        self.close_sinks = close_sinks
+        self._max_values = max_values
+        self._thread_limit = thread_limit
+        self._pool: WorkerPool | None = None
+        self._errors = ErrorPolicy(on_error)
+        self._errors.on_fatal = self._halt_polling
+        if world is not None and not isinstance(world, World):
+            raise ConfigError(f"Monitor: world must be a monitor_async.distributed.World, got {world!r}")
+        self.world = world if world is not None else detect_world()
+        self._source = source_of(self.world)  # Record.source of this monitor's records
+        self._linked: dict[str, list[str]] = {}  # a reduced watch's name: the watches it stands for
+        sinks = for_rank(sinks, self.world)  # a ranks="main" sink is never opened away from rank 0
+        self._channels = channels_for(sinks, queue_size, max_batch, self._errors, float(batch_wait))
+        self._counters = Counters()
+        self._pushes = Pushes(queue_size, max_values, self._errors, self._source)
+        self._pushed: set[str] = set()  # names given to log(): never watch names
+        self._poller = Poller(self._counters, self._channels, self._errors, self._worker_pool)
+        self._watches: dict[str, Watch] = {}
+        self._ticks: Ticks | None = None  # the running loop's timers
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop_event: asyncio.Event | None = None
+        self._stop_lock: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
+        self._stopped = False
+        self._finals_taken = False  # a stop() under way took the final snapshots already
+        self._retired: list[threading.Thread] = []
+        """Idle worker threads let go at the last stop() (they end promptly; ``SyncMonitor.close()`` joins them)."""
+        self._boards: list[Board] = []
+        """Where ``reduce=`` watches publish across ranks: their threads are retired with the others at stop()."""
+
+    @property
+    def sinks(self) -> list[Any]:
+        """The sinks, in the order given (legacy loggers appear wrapped)."""
+        return [channel.sink for channel in self._channels]
+
+    @property
+    def running(self) -> bool:
+        """Whether background polling is on."""
+        return self._loop is not None
+
+    def _worker_pool(self) -> WorkerPool:
+        if self._pool is None:
+            self._pool = WorkerPool(self._thread_limit, "monitor-async-stats")
+        return self._pool
+
+    # ----------------------------------------------------------------- watches
+    def watch(
+        self,
+        target: Any = None,
+        *,
+        name: str | None = None,
+        schedule: Every | None = None,
+        step: str | None = None,
+        stats_fn: Callable[..., Any] | None = None,
+        stats_kwargs: Mapping[str, Any] | None = None,
+        rate_keys: Sequence[str] | None = None,
+        log_on_start: bool = True,
+        log_on_close: bool = True,
+        poll_interval: float | None = None,
+        timeout: float | None = None,
+        offload: Offload = "auto",
+        reduce: Reduce | Mapping[str, str | Sequence[str]] | None = None,
+    ) -> str:
+        """Registers ``target`` and returns its watch name. Works before and while running.
+
+        Each watch is polled by its own task every ``poll_interval`` seconds
+        (background mode) or at each ``step()``; its records reach every sink
+        in poll order. The target is never closed or changed by the monitor.
+
+        Args:
+            target: the object to poll: anything with a ``stats()`` method
+                (plain, ``async def``, or returning an awaitable), a Ray actor
+                handle, a ``multiprocessing`` manager proxy. ``None`` when
+                ``stats_fn`` is given.
+            name: the watch name, unique, which namespaces every key
+                (``"<name>/<metric>"``). Default: the target's lowercase class
+                name (the proxied or actor class for proxies and Ray handles;
+                ``stats_fn``'s name without a target), then ``_1``, ``_2``...
+            schedule: when a polled snapshot is logged:
+                :meth:`Every.seconds` or :meth:`Every.counter` (TorchRL's
+                ``Every`` works too). Default ``None``: at every poll.
+            step: the snapshot key used as the record's step. A counter
+                schedule defaults it to its key; otherwise ``None`` (the sinks
+                number the records).
+            stats_fn: called instead of ``target.stats`` (e.g. a bound method
+                of another name, or a function with no target).
+            stats_kwargs: keyword arguments passed to every ``stats()`` call
+                (e.g. ``{"workers": "both"}`` for TorchRL's collectors).
+            rate_keys: cumulative counters to derive ``<key>_per_second``
+                rates from. Default: the known counters ``frames``,
+                ``batches``, ``write_count``, ``worker_frames``,
+                ``sample_calls``, ``samples_returned`` (TorchRL's rate names).
+            log_on_start: log the first poll (default). ``False``: the first
+                poll only records baselines, so the first record carries rates.
+            log_on_close: take a final snapshot at ``stop()`` (default).
+            poll_interval: this watch's seconds between polls (default: the
+                monitor's).
+            timeout: seconds a poll may take (default: ``poll_timeout``, else
+                the poll interval). A thread or Ray call that times out is
+                abandoned, and the target gets no new call until it returns.
+            offload: where a sync ``stats()`` runs: ``"inline"`` on the event
+                loop (cheapest), ``"thread"`` on a worker thread (anything that
+                may block), ``"auto"`` (default) inline unless the target is a
+                blocking proxy or its calls turn out slow (then it moves to a
+                thread once, with an info log).
+            reduce: ``{"loss": "mean", "frames": "sum", ...}`` (or a
+                :class:`~monitor_async.distributed.Reduce`): given on every rank
+                of a job, the main rank also logs ``"<name>/all"`` with each key
+                reduced across the ranks (``sum``, ``mean``, ``min``, ``max``,
+                ``p50``, ``p90``, ``p99``), ``ranks`` (snapshots that went in)
+                and ``stale`` (ranks left out). With a list of targets the
+                reduction is over the group, in this process: members are
+                ``"<name>/0"``... and the count is ``targets``. See
+                :mod:`monitor_async.distributed`.
+
+        Returns:
+            The watch name.
+
+        Raises:
+            ConfigError: a duplicate name (or one given to ``log()``), or an
+                option out of range; nothing is registered.
+            WatchTypeError: there is nothing to call (no ``stats()``, no
+                ``stats_fn``).
+
+        Examples:
+            >>> import asyncio
+            >>> from monitor_async import Every, Monitor
+            >>> async def main():
+            ...     monitor = Monitor()
+            ...     name = monitor.watch(stats_fn=lambda: {"frames": 100}, name="collector",
+            ...                          schedule=Every.counter("frames", 50))
+            ...     return name, await monitor.step()
+            >>> asyncio.run(main())
+            ('collector', {'collector': {'collector/frames': 100.0}})
+        """
+        options: dict[str, Any] = dict(
+            schedule=schedule, step=step, stats_fn=stats_fn, stats_kwargs=stats_kwargs, rate_keys=rate_keys,
+            log_on_start=log_on_start, log_on_close=log_on_close, poll_interval=poll_interval, timeout=timeout,
+            offload=offload,
+        )
+        if reduce is not None:
+            return self._watch_reduced(target, reduce, name, options)
+        return self._add(target, name, options, None)
+
+    def _add(
+        self, target: Any, name: str | None, options: dict[str, Any], publish: Callable[[Record], None] | None
+    ) -> str:
+        """Registers one watch (``publish``: a reduction member's hook, called with each record it logs)."""
+        schedule: Every | None = options.get("schedule")
+        step: str | None = options.get("step")
+        stats_fn: Callable[..., Any] | None = options.get("stats_fn")
+        stats_kwargs: Mapping[str, Any] | None = options.get("stats_kwargs")
+        rate_keys: Sequence[str] | None = options.get("rate_keys")
+        poll_interval: float | None = options.get("poll_interval")
+        timeout: float | None = options.get("timeout")
+        offload: Offload = options.get("offload", "auto")
+        if offload not in OFFLOADS:
+            raise ConfigError(f"watch: offload must be 'auto', 'inline' or 'thread', got {offload!r}")
+        _positive("poll_interval", poll_interval)
+        _positive("timeout", timeout)
+        if schedule is not None and not isinstance(schedule, Every):
+            # TorchRL's Every (or any object with kind/interval/key) is accepted and validated.
+            schedule = Every(kind=schedule.kind, interval=schedule.interval, key=getattr(schedule, "key", None))
+        if stats_fn is None:
+            stats_fn = getattr(target, "stats", None)
+            if not callable(stats_fn):
+                raise WatchTypeError(
+                    "watch() needs a target with a stats() method, or stats_fn=" if target is None else
+                    f"Cannot watch {type(target).__name__}: it has no callable stats() method "
+                    "and no stats_fn was given"
+                )
+        elif not callable(stats_fn):
+            raise WatchTypeError(f"watch: stats_fn must be callable, got {type(stats_fn).__name__}")
+        if name is None:
+            name = unique(_default_name(target) if target is not None else _function_name(stats_fn), self._watches)
+        elif not isinstance(name, str) or not name:
+            raise ConfigError(f"watch: name must be a non-empty string, got {name!r}")
+        elif name in self._watches or name in self._linked:
+            raise ConfigError(f"A watch named {name!r} is already registered")
+        elif name in self._pushed:
+            raise ConfigError(f"watch: {name!r} is a name given to log(); pick another name for the watch")
+        if step is None and schedule is not None and schedule.kind == "counter":
+            step = schedule.key
+        interval = float(poll_interval or self.poll_interval)
+        common: dict[str, Any] = dict(
+            target=target,
+            name=name,
+            caller=make_caller(target, stats_fn, dict(stats_kwargs or {}), offload, self._worker_pool),
+            schedule=schedule,
+            step_key=step,
+            rate_keys=None if rate_keys is None else tuple(rate_keys),
+            log_on_start=options.get("log_on_start", True),
+            log_on_close=options.get("log_on_close", True),
+            interval=interval,
+            timeout=float(timeout or self.poll_timeout or interval),
+            max_values=self._max_values,
+            source=self._source,
+        )
+        watch = Watch(**common) if publish is None else ReducedWatch(publish, **common)
+        self._watches[name] = watch
+        if self._loop is not None:
+            self._spawn(watch)
+        return name
+
+    def _watch_reduced(
+        self, target: Any, reduce: Reduce | Mapping[str, Any], name: str | None, options: dict[str, Any]
+    ) -> str:
+        """``watch(target, reduce=...)``: the member watches, and on the main rank the ``"<name>/all"`` one.
+
+        A list or tuple ``target`` is a group in this process: members are
+        watched as ``"<name>/0"``, ``"<name>/1"``... and reduced into
+        ``"<name>/all"`` (count key ``targets``). A single target is reduced
+        across the job's ranks (count key ``ranks``); only the main rank adds
+        ``"<name>/all"``. Returns the watch name (``unwatch`` it to remove all).
+        """
+        spec = Reduce.of(reduce, name)
+        interval = float(options.get("poll_interval") or self.poll_interval)
+        stale = float(spec.stale or 3 * interval)
+        world = self.world
+        group = isinstance(target, (list, tuple))
+        if group and not target:
+            raise ConfigError(f"watch {name!r}: a group to reduce needs at least one target")
+        base = name or _default_name(target[0] if group else target)
+        if base in self._linked or f"{base}/all" in self._watches:
+            raise ConfigError(f"A watch named {base!r} is already registered")
+        added: list[str] = []
+        try:
+            if group:
+                board: Board = LocalBoard()
+                for i, member in enumerate(target):
+                    added.append(self._add(member, f"{base}/{i}", options, publisher(board, i, spec)))
+                count = "targets"
+            else:
+                board = board_for(spec.via, spec.store, base, world)
+                self._boards.append(board)  # its threads are retired when the monitor stops
+                added.append(self._add(target, base, options, publisher(board, world.rank, spec)))
+                count = "ranks"
+            if group or world.main:
+                # the member's step key, when it is reduced by one reduction (samples: sum), steps "/all" too
+                step = options.get("step")
+                outputs = {key: out for key, _, out in spec.metrics() if isinstance(spec.keys[key], str)}
+                added.append(self._add(Reduction(board, spec, stale, count), f"{base}/all", dict(
+                    step=outputs.get(step) if step is not None else None,
+                    poll_interval=interval,
+                    offload="thread" if board.blocking else "inline",
+                    log_on_start=options.get("log_on_start", True),
+                    log_on_close=options.get("log_on_close", True),
+                ), None))
+        except BaseException:
+            for added_name in added:
+                self.unwatch(added_name)
+            raise
+        self._linked[base] = added
+        return base
+
+    def unwatch(self, name: str) -> None:
+        """Stops polling the named target (the target itself is left alone); a reduced watch goes whole."""
+        linked = self._linked.pop(name, [])
+        for other in linked:
+            if other != name:
+                self.unwatch(other)
+        if linked and name not in self._watches:  # a group: only its members and "<name>/all" are watches
+            return
+        if name not in self._watches:
+            raise KeyError(f"No watch named {name!r}")
+        del self._watches[name]
+        task = self._tasks.pop(name, None)
+        if task is not None:
+            task.cancel()
+
+    def watches(self) -> dict[str, str]:
+        """``{watch name: how its stats() is called}`` (``inline``, ``thread``, ``remote``)."""
+        return {name: watch.caller.mode for name, watch in self._watches.items()}
+
+    def _spawn(self, watch: Watch) -> None:
+        assert self._loop is not None and self._ticks is not None
+        watch.background = True
+        self._tasks[watch.name] = self._loop.create_task(
+            poll_forever(self._ticks, watch), name=f"monitor-async poll {watch.name}"
+        )
+
+    # ------------------------------------------------------------- pushed values
+    def log(self, name: str, metrics: Mapping[str, Any], *, step: int | None = None) -> None:
+        """Pushes values from your own loop: they become a record named ``name``, written to every sink.
+
+        Safe from any thread and from the monitor's loop; it never blocks and
+        never raises on what it is given: the mapping is copied and queued
+        (about half a microsecond), and made into a record on the monitor's
+        loop with the same flattening, coercion and counting as a polled
+        snapshot (keys ``"<name>/<metric>"``; non-numeric values left out and
+        counted in ``values_dropped``; a push that is not a mapping is an
+        error of that push, reported through ``on_error``). While the monitor
+        runs, pushes are made into records within about 20 ms; otherwise at the
+        next ``step()``, ``flush()`` or ``stop()``, each of which writes
+        everything pushed before it. At most ``queue_size`` pushes wait; past
+        that the oldest are dropped and counted in ``log_dropped``.
+
+        Args:
+            name: the record's name, and the namespace of its keys. It must not
+                be the name of a watch (``ConfigError``: two sources would share
+                one chart namespace and, in TensorBoard and wandb, one x-axis).
+            metrics: a mapping of numbers; nested mappings are flattened with
+                ``/``. It is copied, so you may reuse it at once.
+            step: the record's step (an int: TensorBoard's ``global_step``,
+                wandb's and MLflow's step), or ``None`` for the sinks to number
+                the records of ``name`` themselves.
+
+        Raises:
+            ConfigError: ``name`` is the name of a watch.
+
+        Examples:
+            >>> import asyncio
+            >>> from monitor_async import Monitor
+            >>> from monitor_async.backends import MemorySink
+            >>> async def main():
+            ...     sink = MemorySink()
+            ...     monitor = Monitor(sink)
+            ...     monitor.log("learner", {"loss": 0.25, "lr": 3e-4}, step=10)
+            ...     await monitor.flush()
+            ...     return [(r.name, r.step, r.metrics) for r in sink.records]
+            >>> asyncio.run(main())
+            [('learner', 10, {'learner/loss': 0.25, 'learner/lr': 0.0003})]
+        """
+        if name not in self._pushed:
+            self._claim_push_name(name)
+        self._pushes.push(name, metrics, step)
+
+    def _claim_push_name(self, name: Any) -> None:
+        try:
+            if name in self._watches or name in self._linked:
+                raise ConfigError(
+                    f"log({name!r}, ...): {name!r} is the name of a watch; push under a name of its own "
+                    "(two sources would share one chart namespace and x-axis)"
+                )
+            if isinstance(name, str) and len(self._pushed) < 65_536:
+                self._pushed.add(name)
+        except TypeError:  # an unhashable name: an error of that push, reported on the loop
+            pass
+
+    def _emit_push(self, record: Record) -> None:
+        self._counters.records += 1
+        for channel in self._channels:
+            channel.put(record)
+
+    def _drain_pushes(self) -> None:
+        dropped = self._pushes.drain(self._emit_push)
+        if dropped:
+            self._counters.values_dropped += dropped
+
+    # --------------------------------------------------------------- manual mode
+    async def step(self) -> dict[str, dict[str, float]]:
+        """Polls every target once, writes what is due to every sink, returns it.
+
+        Returns ``{watch name: {"<name>/<metric>": value}}`` for the targets
+        that logged. Sinks have written the records when it returns (each
+        sink in a task of its own, all at once). An awaitable ``stats()`` is
+        awaited under its watch's timeout. With ``on_error="raise"`` the first
+        failure is raised after the others were polled and written.
+        """
+        self._drain_pushes()
+        poller = self._poller
+        logged: dict[str, dict[str, float]] = {}
+        pending: list[tuple[Watch, Any]] = []
+        for watch in list(self._watches.values()):
+            result = poller.poll_once(watch)
+            if result is None:
+                continue
+            if type(result) is Record:
+                logged[watch.name] = result.metrics
+            else:  # an awaitable answer: awaited below, all at once
+                pending.append((watch, result))
+        if pending:
+            for record in await poller.complete_all(pending):
+                if record is not None:
+                    logged[record.name] = record.metrics
+        # every sink writes at once, each in its own task: a hung one holds back none of the others
+        waiters = [channel.request() for channel in self._channels]
+        try:
+            for waiter in waiters:
+                if waiter is not None:
+                    await waiter
+        finally:
+            for waiter in waiters:
+                if waiter is not None and not waiter.done():
+                    waiter.cancel()
+        self._raise_pending()
+        return logged
+
+    async def flush(self) -> None:
+        """Writes every queued record, then flushes every sink; returns within about ``stop_timeout``.
+
+        A sink that does not write what was queued within ``stop_timeout``
+        seconds (hung) is not flushed; its records stay queued, with a
+        warning. Every sink is waited for at once.
+        """
+        self._drain_pushes()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.stop_timeout
+        channels = self._channels
+        waiters = [channel.request() for channel in channels]
+        settled = [await wait_for_waiter(waiter, max(0.0, deadline - loop.time())) for waiter in waiters]
+        for channel, done in zip(channels, settled, strict=True):
+            if not done:
+                log.warning(
+                    "flush(): sink %r did not write its queued records within stop_timeout=%gs; "
+                    "they stay queued", channel.label, self.stop_timeout,
+                )
+        left = max(0.0, deadline - loop.time())
+        await asyncio.gather(*(c.call("flush", left) for c, done in zip(channels, settled, strict=True) if done))
+        self._raise_pending()
+
+    # ------------------------------------------------------------ background mode
+    async def start(self) -> Monitor:
+        """Starts background polling on the running loop; each target is polled now, then every interval.
+
+        More than 256 targets with one interval are polled in groups of 256:
+        the first now, each next one ``interval / 64`` later, so that a crowd's
+        polls are spread over the interval instead of making one burst.
+        """
+        if self._loop is not None:
+            if not self._finals_taken:
+                return self
+            await self.stop()  # a stop() cancelled half way: finish it, then start afresh
+        self._raise_pending()
+        self._loop = asyncio.get_running_loop()
+        if self._ticks is None or self._ticks.loop is not self._loop:
+            self._ticks = Ticks(self._loop, self._poller)
+        self._stop_event = asyncio.Event()
+        self._stopped = False
+        self._finals_taken = False
+        for channel in self._channels:
+            channel.start()
+        for watch in self._watches.values():
+            self._spawn(watch)
+        self._pushes.attach(self._loop, self._drain_pushes)
+        return self
+
+    async def stop(self, *, log_final: bool | None = None) -> None:
+        """Stops polling, logs final snapshots, drains every queue and flushes every sink.
+
+        A final snapshot is taken of each watch whose ``log_on_close`` holds
+        (``log_final`` overrides). Returns within about ``stop_timeout`` plus
+        twice the longest watch timeout, whatever hangs, even a ``stats()``
+        or a sink that ignores its cancellation: a target that does not
+        answer in time loses its final snapshot, a sink that does not drain
+        within ``stop_timeout`` is abandoned (what it still held counted in
+        ``sink/<label>/abandoned``), both with a warning. With
+        ``close_sinks=True``, closing the sinks gets another ``stop_timeout``.
+        A second call is a no-op, unless the first was cancelled half way: it
+        then finishes the job. With ``on_error="raise"`` the first error is
+        raised here unless it was raised already. Everything pushed with
+        ``log()`` before the call is written.
+
+        Args:
+            log_final: take a final snapshot of every watch (``True``), of none
+                (``False``), or of those whose ``log_on_close`` holds (``None``,
+                the default).
+        """
+        async with self._stop_lock_here():
+            if self._stopped:
+                self._raise_pending()
+                return
+            if not self._finals_taken:
+                await self._cancel_polls()
+                self._pushes.attach(None)
+                self._drain_pushes()  # everything pushed before stop() is written
+                if self._errors.error is None:
+                    await self._final_snapshots(log_final)
+                for watch in self._watches.values():
+                    watch.background = False
+                self._finals_taken = True
+            await self._drain_and_flush()
+            await asyncio.gather(*(channel.halt(GRACE) for channel in self._channels))
+            if self.close_sinks:
+                await asyncio.gather(*(channel.call("close", self.stop_timeout) for channel in self._channels))
+            self._retire_threads()
+            self._stopped = True
+            self._finals_taken = False
+            if self._stop_event is not None:
+                self._stop_event.set()
+            self._loop = None
+        self._raise_pending()
+
+    def _stop_bound(self) -> float:
+        """Seconds within which stop() returns, whatever hangs (see its docstring), with some slack."""
+        longest = max((w.timeout for w in self._watches.values()), default=0.0)
+        return 2 * longest + (2 if self.close_sinks else 1) * self.stop_timeout + 4 * GRACE + 1.0
+
+    def _stop_lock_here(self) -> asyncio.Lock:
+        """The lock that serialises stop() calls, made for the running loop (a restart may use another)."""
+        loop = asyncio.get_running_loop()
+        if self._stop_lock is None or self._stop_lock[0] is not loop:
+            self._stop_lock = (loop, asyncio.Lock())
+        return self._stop_lock[1]
+
+    async def run(self) -> None:
+        """Starts, then waits until :meth:`stop` is called or the task is cancelled; cleans up like stop()."""
+        await self.start()
+        assert self._stop_event is not None
+        try:
+            await self._stop_event.wait()
+        finally:
+            await self.stop()
+
+    async def __aenter__(self) -> Monitor:
+        return await self.start()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    def _halt_polling(self) -> None:
+        """on_error="raise" in background mode: stop polling now, let run()/stop() re-raise.
+
+        Every poll task is cancelled, the one that just failed included (it
+        ends at its next await); a caller's own task (a ``step()``) is not one.
+        """
+        for task in self._tasks.values():
+            task.cancel()
+        if self._stop_event is not None:
+            self._stop_event.set()
+
+    async def _cancel_polls(self) -> None:
+        """Cancels every poll task; waits for them at most the longest watch timeout (or stop_timeout).
+
+        A poll task cancelled while it awaits ``stats()`` ends at once unless
+        that ``stats()`` ignores the cancel: such a task is left behind.
+        """
+        tasks = list(self._tasks.values())
+        self._tasks.clear()
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            longest = max((w.timeout for w in self._watches.values()), default=self.stop_timeout)
+            await asyncio.wait(tasks, timeout=min(self.stop_timeout, longest))
+
+    async def _final_snapshots(self, log_final: bool | None) -> None:
+        watches = [
+            w for w in self._watches.values() if (w.log_on_close if log_final is None else log_final)
+        ]
+        if not watches:
+            return
+        for watch, record in zip(watches, await self._poller.poll_all(watches, force=True), strict=True):
+            if record is None and watch.failing:
+                log.warning("final snapshot of watch %r skipped: its stats() failed or hung", watch.name)
+
+    async def _drain_and_flush(self) -> None:
+        """Drains and flushes every sink at once, so a hung sink never eats another's stop_timeout."""
+        await asyncio.gather(*(channel.finish(self.stop_timeout) for channel in self._channels))
+
+    def _retire_threads(self) -> None:
+        """Lets the idle worker threads (thread-offloaded stats(), blocking sinks, reductions' publishing) end now.
+
+        Not after their 10 s idle timeout.
+        """
+        retired = self._pool.retire() if self._pool is not None else []
+        for channel in self._channels:
+            retired.extend(channel.retire_threads())
+        for board in self._boards:
+            retired.extend(board.retire())
+        self._retired = retired
+
+    def _raise_pending(self) -> None:
+        error = self._errors.take()
+        if error is not None:
+            raise error
+
+    # ----------------------------------------------------------------- self-stats
+    def stats(self) -> dict[str, float]:
+        """The monitor's own counters, flat, so a monitor can watch itself.
+
+        Keys: ``polls``, ``polls_failed``, ``polls_timed_out``, ``polls_missed``,
+        ``records``, ``values_dropped``, ``watches``, ``targets_dead`` (dead
+        targets polled with backoff now), ``targets_died`` (deaths so far) and,
+        per sink label, ``sink/<label>/queued`` (records waiting now),
+        ``written``, ``dropped`` (pushed out of a full queue, or lost with a
+        failed write), ``abandoned`` (given up on at ``stop()``: the sink
+        hung), ``delivered`` (every record handed to the sink), ``errors`` and
+        ``write_seconds``.
+        """
+        c = self._counters
+        out = {
+            "polls": float(c.polls),
+            "polls_failed": float(c.polls_failed),
+            "polls_timed_out": float(c.polls_timed_out),
+            "polls_missed": float(c.polls_missed),
+            "records": float(c.records),
+            "values_dropped": float(c.values_dropped),
+            "watches": float(len(self._watches)),
+            "targets_dead": float(c.targets_dead),
+            "targets_died": float(c.targets_died),
+            "log_dropped": float(self._pushes.dropped),
+        }
+        for channel in self._channels:
+            channel.report(out)
+        return out

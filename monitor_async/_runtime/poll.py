@@ -1,0 +1,249 @@
+"""Where polling happens: one poll of one watch.
+
+:class:`Poller` runs a watch's caller, awaits an awaitable result under the
+watch's timeout, turns the snapshot into a Record and hands it to every
+channel. It never waits on a sink. Whatever a ``stats()`` raises is a failure
+of its watch (see :mod:`monitor_async._core.guard` for what propagates).
+:meth:`Poller.poll_all` awaits the answers of several watches at once (a
+``step()``, the final snapshots), each under its timeout, even a ``stats()``
+that ignores its cancellation. When polling happens is
+:mod:`monitor_async._runtime.timers`'s."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from .._core.exceptions import PollError, PollTimeoutError
+from .._core.guard import as_error, must_propagate
+from .._core.policy import ErrorPolicy, describe, log
+from .._core.record import Record
+from .._core.threads import WorkerPool
+from .callers import Busy, InlineCaller, ThreadCaller
+from .channel import Channel
+from .counters import GRACE, Counters
+from .health import on_failure
+from .watch import Watch
+
+__all__ = ["Poller"]
+
+class Poller:
+    """What a poll needs from the monitor: counters, channels, error policy, threads.
+
+    Whatever a ``stats()`` raises is a failure of its watch (see
+    :mod:`monitor_async._core.guard` for the two exceptions that propagate).
+    """
+
+    __slots__ = ("channels", "counters", "errors", "pool", "stuck")
+
+    def __init__(
+        self,
+        counters: Counters,
+        channels: Sequence[Channel],
+        errors: ErrorPolicy,
+        pool: Callable[[], WorkerPool],
+    ) -> None:
+        self.counters = counters
+        self.channels = channels
+        self.errors = errors
+        self.pool = pool
+        self.stuck: dict[Watch, asyncio.Task[Any]] = {}
+        """Watches whose awaited ``stats()`` ignored its cancellation, with the task left behind."""
+
+    def _still_stuck(self, watch: Watch) -> bool:
+        task = self.stuck.get(watch)
+        if task is None:
+            return False
+        if task.done() or task.get_loop().is_closed():
+            del self.stuck[watch]
+            return False
+        return True
+
+    def left_behind(self, watch: Watch, task: asyncio.Task[Any]) -> None:
+        """An awaited poll of ``watch`` outlived its timeout, its cancel ignored: skip the watch until it ends."""
+        task.cancel()
+        self.stuck[watch] = task
+        self.counters.polls_timed_out += 1
+        self.fail(
+            watch,
+            f"stats() of watch {watch.name!r} did not return within {watch.timeout:g}s and ignored its "
+            "cancellation; the watch is skipped until that call returns",
+            PollTimeoutError(f"stats() of watch {watch.name!r} timed out after {watch.timeout:g}s"),
+        )
+
+    def poll_once(self, watch: Watch, force: bool = False) -> Any:
+        """One poll of ``watch``, the one path every poll takes (``step()``, the timers, the final snapshots).
+
+        Calls ``stats()``; a plain answer is finished here and its
+        :class:`Record` returned (``None`` when it was not due or the poll
+        failed); an awaitable answer is returned as is, for :meth:`complete`
+        to await under the watch's timeout.
+        """
+        # the call of stats() is made here, not in a helper: this is the path of every background poll
+        counters = self.counters
+        counters.polls += 1
+        if self.stuck and self._still_stuck(watch):
+            counters.polls_missed += 1
+            return None
+        try:
+            raw = watch.caller.call()
+        except Busy:
+            counters.polls_missed += 1
+            return None
+        except BaseException as exc:  # noqa: BLE001 - reported through on_error, unless it must propagate
+            self._raised(watch, exc)
+            return None
+        if type(raw) is not dict and inspect.isawaitable(raw):
+            return raw
+        return self.finish(watch, raw, force)
+
+    def poll_carried(self, watch: Watch) -> Any:
+        """:meth:`poll_once` of a watch the timers poll (see ``Ticks``): the same poll and the same result.
+
+        The common poll (an inline ``stats()`` that gives a plain dict, see
+        :meth:`Watch.steady`) is finished here in one piece; anything else
+        takes the path of :meth:`poll_once`, with the answer already in hand.
+        """
+        caller = watch.caller
+        if type(caller) is not InlineCaller or not watch.plain or self.stuck:
+            return self.poll_once(watch)
+        counters = self.counters
+        counters.polls += 1
+        try:
+            raw = caller.call()
+        except BaseException as exc:  # noqa: BLE001 - reported through on_error, unless it must propagate
+            self._raised(watch, exc)
+            return None
+        if type(raw) is not dict:
+            return raw if inspect.isawaitable(raw) else self.finish(watch, raw)
+        record = watch.steady(raw)
+        if record is None:
+            return self.finish(watch, raw)
+        watch.failing = False
+        counters.records += 1
+        for channel in self.channels:
+            channel.put(record)
+        if caller.wants_thread:
+            self.promote(watch)
+        return record
+
+    def answer(self, watch: Watch) -> Awaitable[Any] | None:
+        """One background poll: ``None`` when it is done, else the awaitable answer to complete."""
+        result = self.poll_once(watch)
+        return None if result is None or type(result) is Record else result
+
+    async def complete(self, watch: Watch, pending: Awaitable[Any], force: bool = False) -> Record | None:
+        """Awaits an awaitable ``stats()`` result under the watch's timeout, then finishes the poll."""
+        try:
+            # asyncio.timeout, not wait_for: on 3.11 wait_for returns the result
+            # and swallows a cancel (stop()) that lands as the result arrives.
+            async with asyncio.timeout(watch.timeout):
+                raw = await pending
+        except TimeoutError:
+            watch.caller.timed_out()
+            self.counters.polls_timed_out += 1
+            self.fail(
+                watch,
+                f"stats() of watch {watch.name!r} did not return within {watch.timeout:g}s "
+                f"(timeout=, poll_timeout=)",
+                PollTimeoutError(f"stats() of watch {watch.name!r} timed out after {watch.timeout:g}s"),
+            )
+            return None
+        except BaseException as exc:  # noqa: BLE001 - reported through on_error, unless it must propagate
+            self._raised(watch, exc)
+            return None
+        return self.finish(watch, raw, force)
+
+    def _raised(self, watch: Watch, exc: BaseException) -> None:
+        """``stats()`` of ``watch`` raised ``exc``: a failure of the watch, or re-raised (see ``must_propagate``)."""
+        if must_propagate(exc):
+            raise exc
+        self.fail(watch, f"stats() of watch {watch.name!r} raised {describe(exc)}", exc)
+
+    def finish(self, watch: Watch, raw: Any, force: bool = False) -> Record | None:
+        """Turns a ``stats()`` result into a Record and fans it out when due."""
+        try:
+            record, dropped = watch.snapshot(raw, force=force)
+        except Exception as exc:  # noqa: BLE001
+            self.fail(watch, str(exc) if isinstance(exc, TypeError) else f"watch {watch.name!r}: {describe(exc)}", exc)
+            return None
+        except BaseException as exc:  # a value's __float__ raising KeyboardInterrupt...
+            if must_propagate(exc):
+                raise
+            self.fail(watch, f"watch {watch.name!r}: {describe(exc)}", exc)
+            return None
+        watch.failing = False
+        counters = self.counters
+        if dropped:
+            counters.values_dropped += dropped
+        if watch.caller.wants_thread:
+            self.promote(watch)
+        if record is not None:
+            counters.records += 1
+            for channel in self.channels:
+                channel.put(record)
+        return record
+
+    def fail(self, watch: Watch, message: str, exc: BaseException) -> None:
+        self.counters.polls_failed += 1
+        if on_failure(self.counters, self.errors, watch, exc):  # a dead target: reported once, then polled with backoff
+            return
+        self.errors.report(message, as_error(exc, PollError, message), first=not watch.failing)
+        watch.failing = True
+
+    def promote(self, watch: Watch) -> None:
+        caller = watch.caller
+        if isinstance(caller, InlineCaller):
+            watch.caller = ThreadCaller(caller.fn, self.pool())
+            log.info(
+                "stats() of watch %r was slow inline several times; it now runs on a worker thread",
+                watch.name,
+            )
+
+    async def complete_all(self, pending: Sequence[tuple[Watch, Any]], force: bool = False) -> list[Record | None]:
+        """Awaits several awaitable ``stats()`` results at once, each under its watch's timeout.
+
+        Each runs in a task of its own: one that ignores its cancellation is
+        left behind after its timeout (:meth:`left_behind`), and counts as
+        timed out. Returns one record (or ``None``) per item, in order.
+        """
+        loop = asyncio.get_running_loop()
+        tasks = [loop.create_task(self.complete(w, raw, force)) for w, raw in pending]
+        return await self._within(tasks, [w for w, _ in pending])
+
+    async def poll_all(self, watches: Sequence[Watch], force: bool = False) -> list[Record | None]:
+        """One poll of each watch at once (the final snapshots), like :meth:`complete_all`.
+
+        Each poll runs in a task of its own, so no user code runs in the
+        calling task (a cancelled ``run()`` stopping, where a stray
+        ``CancelledError`` would read as a real cancel).
+        """
+        loop = asyncio.get_running_loop()
+        return await self._within([loop.create_task(self.poll(w, force)) for w in watches], watches)
+
+    async def _within(self, tasks: list[asyncio.Task[Record | None]], watches: Sequence[Watch]) -> list[Record | None]:
+        if not tasks:
+            return []
+        try:
+            await asyncio.wait(tasks, timeout=max(w.timeout for w in watches) + GRACE)
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            raise
+        records: list[Record | None] = []
+        for watch, task in zip(watches, tasks, strict=True):
+            if task.done():
+                records.append(None if task.cancelled() or task.exception() is not None else task.result())
+            else:
+                self.left_behind(watch, task)
+                records.append(None)
+        return records
+
+    async def poll(self, watch: Watch, force: bool = False) -> Record | None:
+        """One poll of ``watch``, its awaitable answer awaited: the record, or ``None``."""
+        result = self.poll_once(watch, force)
+        if result is None or type(result) is Record:
+            return result
+        return await self.complete(watch, result, force)

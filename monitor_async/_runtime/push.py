@@ -1,0 +1,153 @@
+"""Values pushed from the user's own loop: ``monitor.log(name, metrics, step=...)``.
+
+The caller's side is a few hundred nanoseconds, on any thread: the mapping is
+copied (the caller may reuse it), stamped with the time and appended to a
+bounded deque (``deque.append`` is atomic under the GIL). Nothing is checked,
+converted or logged there, so a bad value can neither raise in the training
+loop nor slow it. The first push after a drain asks the monitor's loop, once,
+to drain ``DRAIN_DELAY`` seconds later; every push until then only appends. So
+a loop that logs thousands of times a second wakes the event loop at most
+1 / ``DRAIN_DELAY`` times a second.
+
+On the loop, a drain turns each push into a :class:`Record` named after it
+(keys ``"<name>/<metric>"``) with the same flattening, coercion, counting and
+warnings as a polled snapshot, and hands it to every channel: the same
+bounded drop-oldest queues, the same sinks. ``step()``, ``flush()`` and
+``stop()`` drain first, so everything pushed before them is written by the
+time they return. Without a running loop (manual mode), pushes wait for the
+next ``step()``, ``flush()`` or ``stop()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import operator
+from collections import deque
+from collections.abc import Callable, Mapping
+from time import time as _time
+from typing import Any
+
+from .._core.policy import ErrorPolicy, describe
+from .._core.record import EMPTY_SOURCE, Record, Source, new_record
+from .._core.values import KeyCache, read
+
+__all__ = ["DRAIN_DELAY", "Pushes"]
+
+DRAIN_DELAY = 0.02
+"""Seconds between the first push after a drain and the drain (at most 50 wake-ups a second)."""
+
+_NAMES = 4096
+"""Push names whose key caches are kept; more distinct names start the caches afresh."""
+
+_Push = tuple[Any, Any, Any, float]
+
+
+class Pushes:
+    """The pushed values waiting for the monitor's loop, and how they become records.
+
+    Args:
+        limit: pushes kept waiting at most; past it the oldest is dropped and
+            counted in :attr:`dropped` (memory stays bounded when the loop is
+            stalled or not running).
+        max_values: values kept per pushed mapping, as for a polled snapshot.
+        errors: the monitor's ``on_error`` policy, for pushes that are not
+            mappings or whose name is not a string.
+        source: the ``Record.source`` of every pushed record (the rank, in a
+            job of several processes).
+    """
+
+    __slots__ = (
+        "_armed", "_caches", "_failing", "_items", "_loop", "_on_due", "dropped", "errors", "limit", "max_values",
+        "source",
+    )
+
+    def __init__(self, limit: int, max_values: int, errors: ErrorPolicy, source: Source = EMPTY_SOURCE) -> None:
+        self.source = source
+        self.limit = limit
+        self.max_values = max_values
+        self.errors = errors
+        self.dropped = 0
+        self._items: deque[_Push] = deque(maxlen=limit)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._armed = False
+        self._caches: dict[str, KeyCache] = {}
+        self._failing: set[str] = set()
+        self._on_due: Callable[[], None] | None = None
+
+    # ------------------------------------------------------------ caller's side
+    def push(self, name: Any, metrics: Any, step: Any) -> None:
+        """Queues one push; never blocks, never raises on what it is given (any thread)."""
+        items = self._items
+        if len(items) == self.limit:
+            self.dropped += 1
+        items.append((name, metrics.copy() if type(metrics) is dict else metrics, step, _time()))
+        if not self._armed and self._loop is not None:
+            self._arm()
+
+    def _arm(self) -> None:
+        loop = self._loop
+        if loop is None:
+            return
+        self._armed = True
+        # the loop closed between the check and the call: the pushes wait for stop()/step()
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(loop.call_later, DRAIN_DELAY, self._drain_soon)
+
+    # ------------------------------------------------------------- loop's side
+    def attach(self, loop: asyncio.AbstractEventLoop | None, on_due: Callable[[], None] | None = None) -> None:
+        """Binds the pushes to a running loop (``start()``), which calls ``on_due()`` to drain them, or unbinds them."""
+        self._loop = loop
+        if on_due is not None:
+            self._on_due = on_due
+        self._armed = False
+        if loop is not None and self._items:
+            self._arm()
+
+    def _drain_soon(self) -> None:
+        self._armed = False
+        if self._on_due is not None:
+            self._on_due()
+
+    def drain(self, emit: Callable[[Record], None]) -> int:
+        """Turns every waiting push into a record handed to ``emit``; returns the values left out."""
+        items = self._items
+        left_out = 0
+        while items:
+            try:
+                name, metrics, step, when = items.popleft()
+            except IndexError:  # another drain took it
+                break
+            try:
+                record, dropped = self._record(name, metrics, step, when)
+            except Exception as exc:  # noqa: BLE001 - reported through on_error, never raised at the caller
+                label = name if isinstance(name, str) else repr(name)
+                self.errors.report(f"log({label!r}, ...): {describe(exc)}", exc, first=label not in self._failing)
+                self._failing.add(label)
+                continue
+            self._failing.discard(name)
+            left_out += dropped
+            emit(record)
+        return left_out
+
+    def _record(self, name: Any, metrics: Any, step: Any, when: float) -> tuple[Record, int]:
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"the name must be a non-empty string, got {name!r}")
+        if step is not None:
+            if isinstance(step, bool) or not hasattr(step, "__index__"):
+                raise TypeError(f"step must be an int or None, got {type(step).__name__}")
+            step = operator.index(step)  # numpy and torch integers too
+        keys = self._caches.get(name)
+        if keys is None:
+            if len(self._caches) >= _NAMES:
+                self._caches.clear()
+            keys = self._caches[name] = KeyCache(name + "/", 2 * self.max_values + 64)
+        if not isinstance(metrics, Mapping):
+            raise TypeError(f"metrics must be a mapping of numbers, got {type(metrics).__name__}")
+        values, dropped = read(metrics, self.max_values, keys)
+        return new_record(name, step, when, values, self.source), dropped
+
+    @property
+    def waiting(self) -> int:
+        """Pushes not yet made into records."""
+        return len(self._items)

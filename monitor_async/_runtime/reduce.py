@@ -1,0 +1,209 @@
+"""Reductions: ``watch(..., reduce={"loss": "mean"})`` across the ranks of a job, or over a group of targets.
+
+Every rank's watch *publishes* the reduced keys of each record it logs on a
+board; the main rank has one more watch, ``"<name>/all"``, whose ``stats()``
+reads the board and reduces what it finds. The board (:mod:`._boards`) is a
+side channel of an engine the job already runs: the job's ``torch.distributed``
+store, or Ray, or a dict in this process; never a collective, never a server
+of ours.
+
+Staleness is judged on the reader's clock: a member whose snapshot has not
+changed for ``stale`` seconds (default three poll intervals) is left out and
+counted, so clocks that differ between hosts do not matter.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from time import monotonic
+from typing import Any
+
+from .._core.exceptions import ConfigError
+from .._core.record import Record
+from .boards import Board, LocalBoard, board_for
+from .watch import Watch
+
+__all__ = ["REDUCTIONS", "LocalBoard", "Reduce", "ReducedWatch", "Reduction", "board_for", "publisher", "reduce_values"]
+
+REDUCTIONS: tuple[str, ...] = ("sum", "mean", "min", "max", "p50", "p90", "p99")
+
+
+def reduce_values(values: Sequence[float], how: str) -> float:
+    """One reduction of ``values`` (not empty): ``sum``, ``mean``, ``min``, ``max``, or ``p50``/``p90``/``p99``.
+
+    Percentiles interpolate linearly between the closest ranks (numpy's default).
+
+    Args:
+        values: one value per rank or member.
+        how: the reduction's name.
+
+    Returns:
+        The reduced value.
+
+    Examples:
+        >>> reduce_values([1.0, 2.0, 3.0, 10.0], "mean"), reduce_values([1.0, 2.0, 3.0, 10.0], "p50")
+        (4.0, 2.5)
+    """
+    if how == "sum":
+        return math.fsum(values)
+    if how == "mean":
+        return math.fsum(values) / len(values)
+    if how == "min":
+        return min(values)
+    if how == "max":
+        return max(values)
+    ordered = sorted(values)
+    at = float(how[1:]) / 100 * (len(ordered) - 1)
+    low = int(at)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (at - low)
+
+
+@dataclass(frozen=True)
+class Reduce:
+    """What ``Monitor.watch(reduce=...)`` reduces, and how snapshots travel.
+
+    A plain mapping passed as ``reduce=`` means ``Reduce(that_mapping)``.
+
+    Args:
+        keys: ``{snapshot key: reduction}``, a reduction being one of
+            ``sum``, ``mean``, ``min``, ``max``, ``p50``, ``p90``, ``p99``, or
+            a list of them (then each gets its own metric,
+            ``"<name>/all/<key>/<reduction>"``).
+        stale: seconds after which a rank (or member) whose snapshot has not
+            changed is left out and counted; default three poll intervals.
+        via: the board across ranks: ``"auto"`` (the job's ``torch.distributed``
+            store when it is initialised, else Ray when this process is
+            connected to Ray, else this process only), ``"store"``, ``"ray"``.
+        store: a ``torch.distributed.Store`` to use instead of the default
+            process group's.
+
+    Raises:
+        ConfigError: for an unknown reduction, an empty mapping, a bad ``stale`` or ``via``.
+
+    Examples:
+        >>> Reduce({"loss": "mean", "step_time": ["max", "p90"]}).metrics()
+        [('loss', 'mean', 'loss'), ('step_time', 'max', 'step_time/max'), ('step_time', 'p90', 'step_time/p90')]
+    """
+
+    keys: Mapping[str, str | Sequence[str]]
+    stale: float | None = None
+    via: str = "auto"
+    store: Any = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.keys, Mapping) or not self.keys:
+            raise ConfigError(f"reduce: expected a non-empty mapping of key -> reduction, got {self.keys!r}")
+        for key, hows in self.keys.items():
+            for how in [hows] if isinstance(hows, str) else list(hows):
+                if how not in REDUCTIONS:
+                    raise ConfigError(
+                        f"reduce: unknown reduction {how!r} for key {key!r}; choose among {', '.join(REDUCTIONS)}"
+                    )
+        if self.stale is not None and not (isinstance(self.stale, (int, float)) and self.stale > 0):
+            raise ConfigError(f"reduce: stale must be a strictly positive number of seconds, got {self.stale!r}")
+        if self.via not in ("auto", "store", "ray"):
+            raise ConfigError(f"reduce: via must be 'auto', 'store' or 'ray', got {self.via!r}")
+
+    @classmethod
+    def of(cls, value: Reduce | Mapping[str, str | Sequence[str]], watch: str | None) -> Reduce:
+        """``value`` as a Reduce; errors name the watch."""
+        if isinstance(value, Reduce):
+            return value
+        try:
+            return cls(value)
+        except ConfigError as exc:
+            raise ConfigError(f"watch {watch!r}: {exc}" if watch else str(exc)) from None
+
+    def metrics(self) -> list[tuple[str, str, str]]:
+        """``(snapshot key, reduction, output key)`` for every reduced metric."""
+        out = []
+        for key, hows in self.keys.items():
+            if isinstance(hows, str):
+                out.append((key, hows, key))
+            else:
+                out.extend((key, how, f"{key}/{how}") for how in hows)
+        return out
+
+
+# -------------------------------------------------------------------- the two ends
+def publisher(board: Board, member: int, spec: Reduce) -> Callable[[Record], None]:
+    """What a member's watch calls with each record it logs: its reduced keys go to the board."""
+    keys = list(spec.keys)
+    seq = 0
+
+    def publish(record: Record) -> None:
+        nonlocal seq
+        seq += 1
+        metrics = record.metrics
+        prefix = record.name + "/"
+        values = {key: metrics[prefix + key] for key in keys if prefix + key in metrics}
+        board.publish(member, seq, values)
+
+    return publish
+
+
+class Reduction:
+    """The target of a ``"<name>/all"`` watch: reads the board, leaves out stale members, reduces.
+
+    ``stats()`` returns each reduced metric (for the keys at least one fresh
+    member reported), ``<count>`` (``ranks`` or ``targets``: how many
+    snapshots went in) and ``stale`` (how many were left out).
+    """
+
+    def __init__(self, board: Board, spec: Reduce, stale: float, count: str) -> None:
+        self.board = board
+        self.metrics = spec.metrics()
+        self.stale = stale
+        self.count = count
+        self.seen: dict[int, tuple[int, float]] = {}
+
+    def stats(self) -> Any:
+        got = self.board.read()
+        if isinstance(got, dict):
+            return self.reduce(got)
+        return self._later(got)
+
+    async def _later(self, pending: Any) -> dict[str, float]:
+        return self.reduce(await pending)
+
+    def reduce(self, latest: Mapping[int, tuple[int, Mapping[str, float]]]) -> dict[str, float]:
+        now = monotonic()
+        fresh: list[Mapping[str, float]] = []
+        stale = 0
+        seen = self.seen
+        for member, (seq, values) in latest.items():
+            before = seen.get(member)
+            if before is None or before[0] != seq:
+                seen[member] = (seq, now)
+            elif now - before[1] > self.stale:
+                stale += 1
+                continue
+            fresh.append(values)
+        out: dict[str, float] = {}
+        for key, how, name in self.metrics:
+            found = [v[key] for v in fresh if key in v]
+            if found:
+                out[name] = reduce_values(found, how)
+        out[self.count] = float(len(fresh))
+        out["stale"] = float(stale)
+        return out
+
+
+# ------------------------------------------------------------------ wiring
+class ReducedWatch(Watch):
+    """A watch that also publishes each record it logs (a member of a reduction)."""
+
+    __slots__ = ("publish",)
+
+    def __init__(self, publish: Callable[[Record], None], **options: Any) -> None:
+        super().__init__(**options)
+        self.publish = publish
+
+    def snapshot(self, raw: object, *, force: bool = False) -> tuple[Record | None, int]:
+        record, dropped = Watch.snapshot(self, raw, force=force)
+        if record is not None:
+            self.publish(record)
+        return record, dropped

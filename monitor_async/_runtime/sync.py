@@ -1,0 +1,389 @@
+"""The sync facade: the async Monitor on an event loop in a background thread.
+
+The loop runs in a daemon thread behind an anyio blocking portal
+(:class:`~monitor_async._runtime.loops.LoopThread`); every sync call makes one round
+trip into that loop. With ``background=False`` nothing polls until
+``step()``, which then drives a private loop in the caller's thread (cheaper
+than a cross-thread round trip) when no loop runs there
+(:class:`~monitor_async._runtime.loops.PrivateLoop`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import concurrent.futures.thread  # noqa: F401 - registers its exit hook before ours (see the end)
+import contextlib
+import functools
+import threading
+import weakref
+from collections.abc import Awaitable, Callable, Mapping
+from types import TracebackType
+from typing import Any, TypeVar, Unpack
+
+from .._core.exceptions import MonitorClosedError
+from .._core.policy import OnError, log
+from .._core.threads import join_all
+from .loops import LoopBusy, LoopThread, PrivateLoop, loop_running_here
+from .monitor import Monitor
+from .options import MonitorOptions, WatchOptions
+
+__all__ = ["LoggerMonitor", "SyncMonitor"]
+
+T = TypeVar("T")
+
+
+class SyncMonitor:
+    """A :class:`Monitor` for code that is not async. Safe to call from any thread.
+
+    Guarantees:
+        - ``background=True``: ``start()`` (or ``with``) polls every target on
+          its own task in a daemon loop thread; ``stop()``/``close()`` stop it,
+          log final snapshots, drain and flush the sinks, and end the thread,
+          all within a bounded time, from any thread, even while another
+          thread's ``step()`` is stuck on a hung sink. A monitor left running
+          does not keep the interpreter alive; when the main thread ends it is
+          stopped (bounded), its final snapshots written and the files flushed.
+        - ``background=False``: nothing runs until ``step()``, which drives the
+          loop in the calling thread; a ``KeyboardInterrupt`` raised there
+          (Ctrl-C) propagates from ``step()`` as Python would deliver it, and
+          the monitor stays usable and stoppable.
+        - ``step()`` returns ``{watch: {"<watch>/<metric>": value}}`` for the
+          targets that logged, after the sinks have written them.
+        - ``start()`` after ``stop()`` starts again, any number of times.
+          ``stop()`` is idempotent: a ``with`` block after an explicit
+          ``stop()`` logs nothing more.
+        - ``close()`` stops, then joins the monitor's threads (its loop thread,
+          the worker threads of thread-offloaded targets and wrapped loggers,
+          the executor threads behind file sinks); a thread stuck in a call
+          that never returns is left behind, as threads cannot be killed. A
+          closed monitor refuses ``start()``, ``step()``, ``watch()``,
+          ``unwatch()`` and ``flush()`` with :class:`MonitorClosedError`.
+        - Calling it from its own loop thread (e.g. from an ``async def
+          stats()``) raises ``RuntimeError`` instead of deadlocking.
+        - A background monitor given watches that is never started warns
+          when it is garbage-collected or the interpreter exits.
+
+    Args:
+        sinks: the sinks, as for :class:`Monitor`.
+        background: ``True`` (default): ``start()`` or ``with`` polls in a
+            daemon loop thread. ``False``: nothing polls until ``step()``,
+            which runs in the calling thread.
+        **options: every keyword option of :class:`Monitor`
+            (``poll_interval``, ``on_error``, ``queue_size``, ``max_batch``,
+            ``poll_timeout``, ``close_sinks``, ``stop_timeout``,
+            ``thread_limit``, ``max_values``, ``batch_wait``, ``world``).
+
+    Examples:
+        >>> from monitor_async import SyncMonitor
+        >>> from monitor_async.backends import MemorySink
+        >>> class Buffer:
+        ...     def stats(self):
+        ...         return {"size": 10}
+        >>> monitor = SyncMonitor(MemorySink(), background=False)
+        >>> monitor.watch(Buffer(), name="rb")
+        'rb'
+        >>> monitor.step()
+        {'rb': {'rb/size': 10.0}}
+        >>> monitor.close()
+    """
+
+    def __init__(
+        self, sinks: Any = None, *, background: bool = True, **options: Unpack[MonitorOptions]
+    ) -> None:
+        self.monitor = Monitor(sinks, **options)
+        self.background = background
+        grace = min(1.0, self.monitor.stop_timeout)  # for what is left when a loop ends
+        self._lock = threading.Lock()
+        self._thread: LoopThread | None = None
+        self._private = PrivateLoop(grace)
+        self._grace = grace
+        self._closed = False
+        self._used = False  # started or stepped at least once: polling was asked for
+        self._warned = False
+        _live.add(self)
+
+    # ------------------------------------------------------------------ plumbing
+    def _guard(self) -> None:
+        thread = self._thread
+        if thread is not None and thread.ident == threading.get_ident():
+            raise RuntimeError(
+                "SyncMonitor was called from its own event loop thread (e.g. inside an async "
+                "stats()); use the async API there: `await sync_monitor.monitor.step()`"
+            )
+
+    def _refuse_if_closed(self, call: str) -> None:
+        if self._closed:
+            raise MonitorClosedError(
+                f"SyncMonitor.{call}(): this monitor is closed; build a new SyncMonitor (stop() keeps it "
+                "restartable, close() does not)"
+            )
+
+    def _loop_thread(self, open_one: bool) -> LoopThread | None:
+        """The loop thread (started when ``open_one``), with a call announced on it; under the lock."""
+        with self._lock:
+            thread = self._thread
+            if thread is None and open_one:
+                thread = self._thread = LoopThread(self._grace)
+            if thread is not None:
+                thread.enter()
+            return thread
+
+    def _run(self, fn: Callable[[], Awaitable[T]], limit: float | None = None) -> T:
+        """Runs ``await fn()`` on the monitor's loop: the loop thread's, or the private one.
+
+        ``limit``: seconds to wait for the result (:class:`LoopBusy` after).
+        """
+        self._guard()
+        thread = self._loop_thread(self.background or loop_running_here())
+        if thread is not None:
+            result: T = thread.call(fn, limit)
+            return result
+        return self._private.run(fn, limit)
+
+    def _call(self, fn: Callable[[], T]) -> T:
+        """Runs a sync monitor method in the loop thread when one runs, else here."""
+        self._guard()
+        thread = self._loop_thread(False)
+        if thread is None:
+            return fn()
+        result: T = thread.call(fn)
+        return result
+
+    def _end_loop_thread(self) -> None:
+        with self._lock:
+            thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.close()
+
+    # ----------------------------------------------------------------- public API
+    def watch(self, target: Any = None, **options: Unpack[WatchOptions]) -> str:
+        """Registers a target and returns its watch name; the options are :meth:`Monitor.watch`'s.
+
+        Args:
+            target: the object to poll (anything with ``stats()``, a Ray actor
+                handle, a manager proxy), or ``None`` with ``stats_fn=``.
+            **options: ``name``, ``schedule``, ``step``, ``stats_fn``,
+                ``stats_kwargs``, ``rate_keys``, ``log_on_start``,
+                ``log_on_close``, ``poll_interval``, ``timeout``, ``offload``,
+                ``reduce``: see :meth:`Monitor.watch`.
+
+        Raises:
+            MonitorClosedError: the monitor was closed.
+        """
+        self._refuse_if_closed("watch")
+        return self._call(functools.partial(self.monitor.watch, target, **options))
+
+    def log(self, name: str, metrics: Mapping[str, Any], *, step: int | None = None) -> None:
+        """Pushes values from your own loop, from any thread, without waiting for the monitor's loop.
+
+        The mapping is copied and queued (about half a microsecond on the
+        calling thread); the monitor's loop makes it a record named ``name``
+        and writes it to every sink, like a polled snapshot. Everything pushed
+        before ``stop()``, ``close()`` or the end of a ``with`` block is written
+        by the time it returns. See :meth:`Monitor.log`.
+
+        Args:
+            name: the record's name and key namespace (not a watch's name).
+            metrics: a mapping of numbers (nested mappings flattened with ``/``).
+            step: the record's step, or ``None`` for the sinks to number them.
+
+        Raises:
+            ConfigError: ``name`` is the name of a watch.
+            MonitorClosedError: the monitor was closed.
+
+        Examples:
+            >>> from monitor_async import SyncMonitor
+            >>> from monitor_async.backends import MemorySink
+            >>> sink = MemorySink()
+            >>> with SyncMonitor(sink) as monitor:
+            ...     monitor.log("learner", {"loss": 0.5}, step=1)
+            >>> sink.records[0].metrics
+            {'learner/loss': 0.5}
+        """
+        if self._closed:
+            self._refuse_if_closed("log")
+        self.monitor.log(name, metrics, step=step)
+
+    def unwatch(self, name: str) -> None:
+        """Stops polling the named target."""
+        self._refuse_if_closed("unwatch")
+        self._call(functools.partial(self.monitor.unwatch, name))
+
+    def step(self) -> dict[str, dict[str, float]]:
+        """Polls every target once, writes what is due, returns ``{watch: metrics}``."""
+        self._refuse_if_closed("step")
+        self._used = True
+        return self._run(self.monitor.step)
+
+    def flush(self) -> None:
+        """Waits until every queued record is written and flushes the sinks; returns within about ``stop_timeout``."""
+        self._refuse_if_closed("flush")
+        limit = self.monitor.stop_timeout + 2 * self._grace + 1.0
+        try:
+            self._run(self.monitor.flush, limit)
+        except LoopBusy:
+            log.warning("SyncMonitor.flush(): the monitor's loop did not answer within %gs (a call blocks it)", limit)
+
+    def stats(self) -> dict[str, float]:
+        """The monitor's own counters (see :meth:`Monitor.stats`); readable after ``close()`` too."""
+        return self._call(self.monitor.stats)
+
+    def start(self) -> SyncMonitor:
+        """Starts background polling (``background=True``); otherwise only re-arms ``stop()``."""
+        self._guard()
+        self._refuse_if_closed("start")
+        self._used = True
+        if not self.background:
+            self.monitor._stopped = False
+            return self
+        thread = self._loop_thread(True)
+        assert thread is not None
+        thread.call(self.monitor.start)
+        return self
+
+    def stop(self, *, log_final: bool | None = None) -> None:
+        """Stops polling, logs final snapshots once, drains and flushes; ends the loop thread.
+
+        Returns within about ``stop_timeout`` plus twice the longest watch
+        timeout, from any thread; a no-op after ``close()``. When something
+        blocks the loop itself (a sync call inline on it), it gives up with a
+        warning and leaves the monitor on that loop: a later ``stop()`` or
+        ``close()`` finishes once the loop is free.
+        """
+        self._guard()
+        if self._closed:
+            return
+        self._used = True
+        busy = False
+        try:
+            self._run(functools.partial(self.monitor.stop, log_final=log_final), self.monitor._stop_bound())
+        except LoopBusy:
+            busy = True
+            log.warning(
+                "SyncMonitor.stop(): the monitor's loop did not answer within %gs (a call blocks it); gave up",
+                self.monitor._stop_bound(),
+            )
+        finally:
+            if not busy:
+                self._end_loop_thread()
+
+    def close(self) -> None:
+        """``stop()``, then release the loop and join the monitor's threads. Idempotent."""
+        if self._closed:
+            return
+        try:
+            self.stop()
+        finally:
+            self._closed = True
+            _live.discard(self)
+            self._private.close()
+            join_all(self.monitor._retired, self._grace)
+
+    def __enter__(self) -> SyncMonitor:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _warn_if_never_started(self) -> None:
+        """A background monitor given watches that never polled: say so once (it is a silent no-op otherwise)."""
+        if self._warned or self._used or self._closed or not self.background:
+            return
+        names = list(self.monitor._watches)
+        if not names:
+            return
+        self._warned = True
+        shown = ", ".join(repr(n) for n in names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        log.warning(
+            "a SyncMonitor watching %s never polled: it was never started. Call monitor.start() "
+            "(and monitor.close() at the end), or use `with SyncMonitor(...) as monitor:`",
+            shown,
+        )
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):  # a finaliser never raises
+            self._warn_if_never_started()
+
+    def _stop_at_exit(self) -> None:
+        self._warn_if_never_started()
+        thread = self._thread
+        if thread is None:
+            return
+        future = thread.submit(self.monitor.stop)
+        try:
+            future.result(timeout=self.monitor._stop_bound() + 5.0)
+        except Exception as exc:  # noqa: BLE001 - best effort at interpreter exit
+            log.warning("monitor-async: stopping a running SyncMonitor at exit failed: %r", exc)
+
+
+class LoggerMonitor(SyncMonitor):
+    """:class:`SyncMonitor` under TorchRL's name and signature: a drop-in replacement.
+
+    ``LoggerMonitor(logger, *, poll_interval=1.0, background=True, on_error="warn")``
+    (``logger=`` works too) accepts a TorchRL logger (``log_metrics``/``log_scalar``),
+    an AgileRL-style logger, a monitor-async sink, or a list of them. A script
+    using ``torchrl.record.loggers.monitoring.LoggerMonitor`` switches by
+    changing its import.
+
+    Args:
+        logger: a TorchRL or AgileRL logger, a sink, or a list of them.
+        poll_interval: seconds between two polls of a watch (default 1.0).
+        background: poll in a daemon loop thread once started (default), or
+            only at ``step()`` (``False``).
+        on_error: ``"warn"`` (default), ``"ignore"`` or ``"raise"``, as for
+            :class:`Monitor`.
+        **options: any other keyword option of :class:`Monitor`.
+
+    Examples:
+        >>> from monitor_async import LoggerMonitor
+        >>> class PrintLogger:
+        ...     def log_metrics(self, metrics, step=None):
+        ...         print(step, metrics)
+        >>> class Buffer:
+        ...     def stats(self):
+        ...         return {"write_count": 5}
+        >>> monitor = LoggerMonitor(PrintLogger(), background=False)
+        >>> monitor.watch(Buffer(), name="rb", step="write_count")
+        'rb'
+        >>> logged = monitor.step()
+        5 {'rb/write_count': 5.0}
+        >>> monitor.stop(log_final=False)
+    """
+
+    def __init__(
+        self,
+        logger: Any = None,
+        *,
+        poll_interval: float = 1.0,
+        background: bool = True,
+        on_error: OnError = "warn",
+        **options: Any,
+    ) -> None:
+        super().__init__(
+            logger, poll_interval=poll_interval, background=background, on_error=on_error, **options
+        )
+
+
+_live: weakref.WeakSet[SyncMonitor] = weakref.WeakSet()
+
+
+def _stop_running_monitors() -> None:
+    for monitor in list(_live):
+        monitor._stop_at_exit()
+
+
+# Stop running monitors *before* concurrent.futures refuses new work at exit:
+# file sinks write through the loop's default executor (aiofiles), so from a
+# plain atexit hook the final snapshots could no longer reach the files.
+# threading's exit hooks run before atexit's, last registered first, and
+# importing concurrent.futures.thread above registered its hook before this one.
+_register_at_thread_exit = getattr(threading, "_register_atexit", None)
+if callable(_register_at_thread_exit):
+    _register_at_thread_exit(_stop_running_monitors)
+else:  # pragma: no cover - an interpreter without threading._register_atexit
+    atexit.register(_stop_running_monitors)

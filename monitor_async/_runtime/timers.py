@@ -1,0 +1,254 @@
+"""When polling happens: each watch's slots, the loop's shared timers, and the per-watch task.
+
+:func:`poll_forever` is the background task of one watch: the k-th poll is
+due at ``start + k * interval``; a poll that overruns skips the slots it
+missed (counted as ``polls_missed``) rather than bursting to catch up
+(:func:`next_due`). :class:`Ticks` keeps the loop's timers, one per due time,
+and polls the watches that answer inline in the timer's callback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .._core.record import Record
+
+if TYPE_CHECKING:
+    from .counters import Counters
+    from .poll import Poller
+    from .watch import Watch
+
+__all__ = ["OWN", "Ticks", "next_due", "poll_forever"]
+
+
+class Ticks:
+    """The timers of one loop's poll tasks; the watches due at one instant are polled in one callback.
+
+    ``asyncio.sleep`` costs one future, one timer handle and one timer-heap
+    entry per task per tick, and waking a task costs a loop handle and a
+    step of its coroutine. Here each distinct due time gets one ``call_at``
+    handle. A watch whose ``stats()`` answers inline with a plain mapping
+    (the common case) is *carried*: its task waits on a future of its own
+    while the timer's callback polls it, with every other watch due then,
+    and books its next slot, so a tick of a hundred cheap targets is one
+    callback rather than a hundred task wake-ups. The task takes over again
+    when it is needed: a ``stats()`` that returns an awaitable (awaited under
+    the watch's timeout) or a watch moved to a thread. Other watches' tasks
+    wait on one future per due time. Tasks that start in the same pass of
+    the loop with the same interval (``start()``, or several ``watch()``
+    calls in a row) share their first slot, up to :attr:`GROUP` of them, so
+    they are polled together in one pass and their records reach each sink
+    as one batch; a larger crowd is split into groups whose first slots are
+    spread over the interval (see :meth:`origin`).
+
+    Every watch still has its own task and its own slots: a poll that
+    overruns costs the slots it missed to that watch alone, an awaited poll
+    delays no other watch, and cancelling the task (``unwatch()``,
+    ``stop()``) ends its polling.
+    """
+
+    __slots__ = ("carried", "clock", "group", "loop", "poller", "waiting")
+
+    GROUP = 256
+    SPREAD = 64
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, poller: Poller) -> None:
+        self.loop = loop
+        # the loop's clock; time.monotonic itself when that is what it reads (one Python call less per poll)
+        self.clock: Callable[[], float] = (
+            time.monotonic if type(loop).time is asyncio.BaseEventLoop.time else loop.time
+        )
+        self.poller = poller
+        self.waiting: dict[float, asyncio.Future[None]] = {}
+        self.carried: dict[float, list[Watch]] = {}
+        self.group: list[float] | None = None  # [origin, interval, members] of this pass's group
+
+    def origin(self, interval: float) -> float:
+        """The first slot of a task starting now: its group's.
+
+        The first group of a pass starts now. When it is full, the next group
+        of the same crowd (same interval) starts ``interval / SPREAD`` after
+        it, or now if starting it took longer, and so on: 10,000 targets at
+        1 Hz are 40 groups 15.6 ms apart, each a few milliseconds of work,
+        rather than one burst that keeps the loop busy for a tenth of every
+        second and makes every later poll late when something pauses it.
+        """
+        group = self.group
+        if group is not None and group[1] == interval and group[2] < self.GROUP:
+            group[2] += 1
+            return group[0]
+        now = self.loop.time()
+        if group is None:
+            self.loop.call_soon(self._end_group)
+            origin = now
+        elif group[1] == interval:
+            origin = max(now, group[0] + interval / self.SPREAD)
+        else:
+            origin = now
+        self.group = [origin, interval, 1]
+        return origin
+
+    def _end_group(self) -> None:
+        self.group = None
+
+    def _timer(self, when: float) -> None:
+        if when not in self.waiting and when not in self.carried:
+            self.loop.call_at(when, self._fire, when)
+
+    def at(self, when: float) -> asyncio.Future[None]:
+        """The future that completes at ``when``, shared by every task due then."""
+        fut = self.waiting.get(when)
+        if fut is None:
+            self._timer(when)
+        elif not fut.cancelled():
+            return fut
+        # new, or cancelled along with a task that waited on it: a fresh one, same timer
+        fut = self.waiting[when] = self.loop.create_future()
+        return fut
+
+    def carry(self, watch: Watch, when: float) -> asyncio.Future[Any]:
+        """Polls ``watch`` at ``when`` and at its slots after that, without waking its task.
+
+        The returned future (the task's to await) completes when the task is
+        needed again: with the awaitable a ``stats()`` call returned, or with
+        :data:`OWN` when the task is to poll the watch itself.
+        """
+        waiter = watch.waiter
+        if waiter is None or waiter.done():
+            waiter = watch.waiter = self.loop.create_future()
+        self._book(watch, when)
+        return waiter
+
+    def _book(self, watch: Watch, when: float) -> None:
+        watch.due = when
+        due = self.carried.get(when)
+        if due is None:
+            self._timer(when)
+            due = self.carried[when] = []
+        due.append(watch)
+
+    def discard(self, watch: Watch) -> None:
+        """Takes a carried watch off its next slot (its task was cancelled)."""
+        due = self.carried.get(watch.due)
+        if due is not None:
+            with contextlib.suppress(ValueError):
+                due.remove(watch)
+
+    def _fire(self, when: float) -> None:
+        fut = self.waiting.pop(when, None)
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+        due = self.carried.pop(when, None)
+        if due:
+            self._poll(due)
+
+    def _poll(self, due: list[Watch]) -> None:
+        """One poll of each carried watch due now, in the order they were booked."""
+        poller = self.poller
+        poll = poller.poll_carried
+        counters = poller.counters
+        clock = self.clock
+        booked = -1.0  # the last due time booked, and its list: the watches of a tick mostly share the next one
+        following: list[Watch] = []
+        for watch in due:
+            waiter = watch.waiter
+            if waiter is None or waiter.done():  # its task was cancelled: unwatch(), stop(), on_error="raise"
+                continue
+            try:
+                if not watch.caller.inline:  # moved to a thread: its task polls it now
+                    waiter.set_result(OWN)
+                    continue
+                result = poll(watch)
+                if result is not None and type(result) is not Record:
+                    waiter.set_result(result)  # an awaitable: its task awaits it under the watch's timeout
+                    continue
+                if not waiter.done():
+                    # next_due(), inline for the common case: the next slot is still ahead
+                    slot = watch.slot + 1
+                    when = watch.origin + slot * watch.interval
+                    if clock() > when:
+                        when = next_due(watch, clock(), counters)
+                    else:
+                        watch.slot = slot
+                    if when == booked:
+                        watch.due = when
+                        following.append(watch)
+                    else:
+                        self._book(watch, when)
+                        booked, following = when, self.carried[when]
+            except BaseException as exc:  # noqa: BLE001 - a bug, or KeyboardInterrupt in stats(): its task raises it
+                if not waiter.done():
+                    waiter.set_exception(exc)
+
+
+OWN: Any = object()
+"""What a carried watch's future gives its task when the task is to poll the watch itself."""
+
+
+def next_due(watch: Watch, now: float, counters: Counters) -> float:
+    """The watch's next slot after a poll that ended at ``now``; slots already past are missed.
+
+    The k-th slot is ``origin + k * interval`` (computed, not summed, so
+    watches with the same origin and interval share their due times exactly).
+    """
+    interval = watch.interval
+    slot = watch.slot + 1
+    due = watch.origin + slot * interval
+    if now > due:
+        missed = int((now - due) // interval) + 1
+        counters.polls_missed += missed
+        slot += missed
+        due = watch.origin + slot * interval
+    watch.slot = slot
+    return due
+
+
+async def poll_forever(ticks: Ticks, watch: Watch) -> None:
+    """The background task of one watch; runs until cancelled.
+
+    A watch whose ``stats()`` answers inline with a mapping is carried by
+    the loop's :class:`Ticks` (polled in the timer's callback); otherwise the
+    task polls, awaits the answer and waits for its next slot itself.
+    """
+    loop = asyncio.get_running_loop()
+    poller = ticks.poller
+    task = asyncio.current_task()
+    due = watch.origin = ticks.origin(watch.interval)
+    watch.slot = 0
+    counters = poller.counters
+    # poller.answer(...), not a bound method kept in a local: with 10,000 suspended tasks,
+    # every object a task's frame holds is one more for each full garbage collection to walk;
+    # a later group of a crowd started together waits for its first slot
+    polled = due <= loop.time()
+    pending = poller.answer(watch) if polled else None
+    while True:
+        if polled:
+            if pending is not None:
+                await poller.complete(watch, pending)
+            due = next_due(watch, loop.time(), counters)
+        polled = True
+        if pending is None and watch.caller.inline:
+            # carried: polled in the timer's callback from now on; back here when an answer
+            # must be awaited (the tick hands it over) or the watch moved to a thread (OWN)
+            waiter = ticks.carry(watch, due)
+            try:
+                got = await waiter
+            except BaseException:
+                ticks.discard(watch)
+                raise
+            pending = poller.answer(watch) if got is OWN else got
+            continue
+        while True:
+            try:
+                await ticks.at(due)
+                break
+            except asyncio.CancelledError:
+                # the shared future is cancelled with any task that waits on it: only
+                # a task that was itself cancelled stops; its neighbours wait again
+                if task is None or task.cancelling():
+                    raise
+        pending = poller.answer(watch)

@@ -1,0 +1,368 @@
+"""One watched target: its schedule, baselines and rates, and how a snapshot becomes a Record.
+
+The rules follow TorchRL's ``LoggerMonitor`` so that switching is invisible:
+the first poll logs (or only records baselines with ``log_on_start=False``);
+rates are deltas over the time since the last *logged* snapshot; a counter
+decrease re-baselines without logging and never yields a negative rate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from time import monotonic as _monotonic
+from time import time as _time
+from typing import Any
+
+from .._core.names import rate_names
+from .._core.policy import log
+from .._core.record import EMPTY_SOURCE, Record, Source, new_record
+from .._core.schedule import Every
+from .._core.values import Flattened, KeyCache, flatten_copy, read
+from .callers import Caller
+
+__all__ = ["Watch"]
+
+_NO_COUNTERS: dict[str, float] = {}
+"""The baseline of a watch with no counters to derive rates from (shared: a baseline is never changed)."""
+
+
+class Watch:
+    """Bookkeeping for one target; :meth:`snapshot` is the per-poll hot path.
+
+    Values are namespaced as they are read (``"<name>/<key>"``, through the
+    watch's :class:`KeyCache` ``keys``), so the dict built by one poll is the
+    record's ``metrics`` as is. Where the watch stands in background polling
+    is what it inherits from :class:`~monitor_async._runtime.timers.TimerSlot`. The rate and
+    schedule keys are namespaced once here; the baseline keeps only the
+    counters rates are derived from, in a small dict of its own, so a sink or
+    a caller of ``step()`` changing a record's metrics cannot change a rate.
+    """
+
+    # the fields every background poll reads come first, so that they share a few cache lines
+    # (with 10,000 watches, each poll finds its watch's memory cold)
+    __slots__ = (  # noqa: RUF023 - ordered by use, not by name
+        "caller",
+        "plain",
+        "baseline_time",
+        "keys",
+        "max_values",
+        "background",
+        "interval",
+        "step_key",
+        "rates_seen",
+        "rates_live",
+        "baseline",
+        "last_log_time",
+        "has_logged",
+        "name",
+        "source",
+        "failing",
+        "capped",
+        "counter_key",
+        "last_counter",
+        "log_on_close",
+        "log_on_start",
+        "next_log",
+        "next_threshold",
+        "rate_pairs",
+        "rates_overlap",
+        "schedule",
+        "target",
+        "timeout",
+        "warned_key",
+        # where the watch stands in background polling (see timers): its k-th slot is origin + k * interval
+        "due",
+        "origin",
+        "slot",
+        "waiter",
+    )
+
+    def __init__(
+        self,
+        *,
+        target: object,
+        name: str,
+        caller: Caller,
+        schedule: Every | None,
+        step_key: str | None,
+        rate_keys: tuple[str, ...] | None,
+        log_on_start: bool,
+        log_on_close: bool,
+        interval: float,
+        timeout: float,
+        max_values: int,
+        source: Source = EMPTY_SOURCE,
+    ) -> None:
+        self.target = target
+        self.source = source  # Record.source of every record (the rank, in a job of several)
+        self.name = name
+        self.caller = caller
+        self.schedule = schedule
+        self.log_on_start = log_on_start
+        self.log_on_close = log_on_close
+        self.interval = interval
+        self.timeout = timeout
+        self.max_values = max_values
+        # the snapshot keys seen so far (room for them all: a snapshot of known keys never clears it)
+        prefix = name + "/"
+        self.keys = KeyCache(prefix, 2 * max_values + 64)
+        names = rate_names(rate_keys)
+        self.rate_pairs: tuple[tuple[str, str], ...] = tuple(
+            (prefix + key, prefix + rate) for key, rate in names.items()
+        )
+        # a rate named like another rate's counter (rate_keys=["x", "x_per_second"]) must not be
+        # read back as that counter: such watches read every counter before adding any rate
+        self.rates_overlap = bool({rate for _, rate in self.rate_pairs} & {key for key, _ in self.rate_pairs})
+        # the pairs whose counter this target has reported so far, and ``added`` (key cache) when they
+        # were found: a snapshot of known keys checks only those, not every default counter name
+        self.rates_live: tuple[tuple[str, str], ...] = ()
+        self.rates_seen = -1
+        self.step_key = None if step_key is None else prefix + step_key
+        self.counter_key = (
+            prefix + schedule.key if schedule is not None and schedule.kind == "counter" and schedule.key else None
+        )
+        self.baseline: dict[str, float] = {}
+        self.baseline_time: float | None = None
+        self.next_threshold: float | None = None
+        self.next_log: float | None = None  # Every.seconds: the next time on its grid
+        self.warned_key = False
+        # polled by a background task: rates over less than half the interval are left out
+        self.background = False
+        self.last_counter: float | None = None
+        self.last_log_time: float | None = None
+        self.has_logged = False
+        self.failing = False
+        self.capped = False
+        # no schedule, no rate named like a counter, snapshot() not overridden: steady() may take the poll
+        self.plain = schedule is None and not self.rates_overlap and type(self).snapshot is Watch.snapshot
+        self.origin = 0.0
+        self.slot = 0
+        self.due = 0.0
+        self.waiter: asyncio.Future[Any] | None = None  # what its task awaits while the timers poll it
+        # a thread-offloaded stats() is flattened on its worker thread (see prepare)
+        caller.owner = self
+
+    def snapshot(self, raw: object, *, force: bool = False) -> tuple[Record | None, int]:
+        """Turns one ``stats()`` result into a Record when it is due.
+
+        Returns the record (``None`` when not due) and how many values were
+        left out (non-numeric, non-finite, or over ``max_values``).
+        """
+        # a private copy, so a target mutating its dict cannot break the read; a thread-offloaded
+        # target's result comes flattened already (see prepare)
+        if type(raw) is dict:
+            metrics: dict[str, float] = {}
+            dropped = flatten_copy(raw, metrics, self.max_values, self.keys)
+        else:
+            metrics, dropped = read(raw, self.max_values, self.keys)
+        if dropped and not self.capped and len(metrics) >= self.max_values:
+            self._warn_capped()
+        now = _monotonic()
+        since = self.baseline_time
+        # no schedule and not the first poll: always due (the common case, without a call)
+        if not (force or (since is not None and self.schedule is None) or self._due(metrics, now, since is None)):
+            if since is None:
+                self.baseline = self._counters(metrics)
+                self.baseline_time = now
+            return None, dropped
+        step = None if self.step_key is None else self._step(metrics)
+        if since is not None and now - since < 0.5 * self.interval and (force or self.background):
+            # a rate over a sliver of time (the final snapshot right after the last poll) is noise:
+            # left out, and the baseline kept, so the next rate spans the whole time since it
+            self.last_log_time = now
+            self.has_logged = True
+            return new_record(self.name, step, _time(), metrics, self.source), dropped
+        if since is not None and now > since and not self.rates_overlap:
+            return self._logged(metrics, now, since, step), dropped
+        counters = self._counters(metrics)
+        if since is not None and now > since:
+            self._add_rates(counters, metrics, now - since)
+        self.baseline = counters
+        self.baseline_time = self.last_log_time = now
+        self.has_logged = True
+        return new_record(self.name, step, _time(), metrics, self.source), dropped
+
+    def steady(self, raw: dict[Any, Any]) -> Record | None:
+        """:meth:`snapshot` of the common background poll, in one piece; ``None``: take :meth:`snapshot`.
+
+        The common poll: a :attr:`plain` watch past its first poll, whose
+        ``stats()`` gave a dict of keys it has seen before, each value a
+        finite ``float``, ``int`` or ``bool``, no more than ``max_values`` of
+        them. The record is the one :meth:`snapshot` makes of it (the same
+        names, values, rates and step), with one loop over the values and no
+        call per value. Anything else (a new key, a value to convert or leave
+        out, a nested mapping, two keys giving one name, the first poll, a
+        rate over a sliver of time) returns ``None`` having changed nothing,
+        and the caller reads the snapshot in full with :meth:`snapshot`.
+        """
+        since = self.baseline_time
+        if since is None or self.keys.careful:
+            return None
+        try:
+            copy = raw.copy()  # private: a target mutating its dict cannot break the read
+            if len(copy) > self.max_values:
+                return None
+            names = self.keys.names
+            metrics: dict[str, float] = {}
+            for key, value in copy.items():
+                kind = type(value)
+                if kind is float:
+                    if value - value != 0.0:  # inf or nan: left out, by snapshot()
+                        return None
+                elif kind is int or kind is bool:
+                    value = value + 0.0
+                else:
+                    return None
+                metrics[names[key]] = value
+        except Exception:  # noqa: BLE001 - a new key, an int too large for a float...: snapshot() reads it
+            return None
+        if len(metrics) != len(copy):  # two keys gave one name (1 and "1"): snapshot() keeps the first
+            return None
+        now = _monotonic()
+        if now <= since or (self.background and now - since < 0.5 * self.interval):
+            return None
+        return self._logged(metrics, now, since, None if self.step_key is None else self._step(metrics))
+
+    def _step(self, metrics: Mapping[str, float]) -> int | None:
+        """The step a snapshot gives (``watch(step=...)``): its ``step_key`` value as an int, if it has one."""
+        key = self.step_key
+        counter = None if key is None else metrics.get(key)
+        return None if counter is None else int(counter)
+
+    def _logged(self, metrics: dict[str, float], now: float, since: float, step: int | None) -> Record:
+        """The record of a snapshot past the first poll, ``now - since`` after the last one logged.
+
+        One pass over the counters this target reports: each is kept as the
+        next baseline and, when it did not go down, its rate is added to
+        ``metrics``.
+        """
+        if self.keys.added != self.rates_seen:
+            self._find_rates()
+        counters = _NO_COUNTERS
+        if self.rates_live:
+            counters = {}
+            elapsed = now - since
+            baseline = self.baseline
+            for key, rate in self.rates_live:
+                current = metrics.get(key)
+                if current is not None:
+                    counters[key] = current
+                    previous = baseline.get(key)
+                    if previous is not None and current >= previous:
+                        metrics[rate] = (current - previous) / elapsed
+        self.baseline = counters
+        self.baseline_time = self.last_log_time = now
+        self.has_logged = True
+        return new_record(self.name, step, _time(), metrics, self.source)
+
+    def prepare(self, raw: Any) -> Any:
+        """On a worker thread: a mapping ``stats()`` returned, flattened there (:meth:`snapshot` takes it as is).
+
+        Copying and flattening a lazy mapping (one slow read per key) then
+        costs that thread, never the event loop. Anything else (an awaitable,
+        a result that is not a mapping) is returned as it is, for the loop.
+        At most one call of a watch is in flight, so the key cache is never
+        used by two threads at once.
+        """
+        if type(raw) is dict or isinstance(raw, Mapping):
+            return Flattened(*read(raw, self.max_values, self.keys))
+        return raw
+
+    def _find_rates(self) -> None:
+        added = self.keys.added  # read first: a key added meanwhile makes the next snapshot look again
+        seen = set(self.keys.names.values())
+        self.rates_live = tuple(pair for pair in self.rate_pairs if pair[0] in seen)
+        self.rates_seen = added
+
+    def _counters(self, metrics: Mapping[str, float]) -> dict[str, float]:
+        """The values rates are derived from (read before any rate is added)."""
+        return {key: value for key, _ in self.rate_pairs if (value := metrics.get(key)) is not None}
+
+    def _warn_capped(self) -> None:
+        self.capped = True
+        log.warning(
+            "stats() of watch %r gave more than max_values=%d values in one snapshot; only the first "
+            "%d are kept, the rest are left out and counted in monitor.stats()['values_dropped'] "
+            "(reported once per watch)",
+            self.name, self.max_values, self.max_values,
+        )
+
+    def _add_rates(self, counters: Mapping[str, float], metrics: dict[str, float], elapsed: float) -> None:
+        baseline = self.baseline
+        for key, rate in self.rate_pairs:
+            current = counters.get(key)
+            if current is not None:
+                previous = baseline.get(key)
+                if previous is not None and current >= previous:
+                    metrics[rate] = (current - previous) / elapsed
+
+    def _due(self, values: Mapping[str, float], now: float, first: bool) -> bool:
+        schedule = self.schedule
+        if first and not self.has_logged:
+            if self.log_on_start:
+                self._prime(values, now)
+                return True
+            if schedule is None:
+                return False
+        if schedule is None:
+            return True
+        if schedule.kind == "seconds":
+            # on a grid: the k-th log is due at t0 + k * interval; due times missed are skipped
+            due = self.next_log
+            if due is None:  # the first poll of a watch that does not log at start: t0
+                self.next_log = now + schedule.interval
+                return False
+            if now < due:
+                return False
+            self.next_log = due + ((now - due) // schedule.interval + 1) * schedule.interval
+            return True
+        counter = values.get(self.counter_key)  # type: ignore[arg-type]
+        if counter is None:
+            if not self.warned_key:
+                self._warn_key(values)
+            return False
+        if self.next_threshold is None:
+            self._prime(values, now)
+            return False
+        if self.last_counter is not None and counter < self.last_counter:
+            # reset or restored state: re-baseline counters and clock, no log
+            self.baseline = self._counters(values)
+            self.baseline_time = now
+            self.next_threshold = (counter // schedule.interval + 1) * schedule.interval
+            self.last_counter = counter
+            return False
+        self.last_counter = counter
+        if counter >= self.next_threshold:
+            self.next_threshold = (counter // schedule.interval + 1) * schedule.interval
+            return True
+        return False
+
+    def _prime(self, values: Mapping[str, float], now: float) -> None:
+        schedule = self.schedule
+        if schedule is None:
+            return
+        if schedule.kind == "seconds":
+            self.next_log = now + schedule.interval
+            return
+        counter = values.get(self.counter_key)  # type: ignore[arg-type]
+        if counter is not None:
+            self.next_threshold = (counter // schedule.interval + 1) * schedule.interval
+            self.last_counter = counter
+        elif not self.warned_key:
+            self._warn_key(values)
+
+    def _warn_key(self, values: Mapping[str, float]) -> None:
+        """Once per watch: the counter schedule's key is not in the snapshot (a typo, most likely)."""
+        self.warned_key = True
+        prefix = len(self.keys.prefix)
+        keys = sorted(key[prefix:] for key in values)
+        shown = ", ".join(repr(k) for k in keys[:20]) + (f" and {len(keys) - 20} more" if len(keys) > 20 else "")
+        assert self.schedule is not None
+        log.warning(
+            "watch %r: the counter key %r of its schedule Every.counter(%r, %g) is not in its snapshot, "
+            "so it logs only at start and stop; the snapshot's keys are %s (reported once per watch)",
+            self.name, self.schedule.key, self.schedule.key, self.schedule.interval, shown or "none",
+        )
+
+
