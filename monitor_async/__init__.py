@@ -11,6 +11,7 @@ The sinks themselves live in :mod:`monitor_async.backends`. This module only
 re-exports; each concept lives in a private module of its own.
 """
 
+from ._core.alerts import AlertEvent
 from ._core.exceptions import (
     ConfigError,
     DeliveryError,
@@ -35,6 +36,7 @@ from ._runtime.sync import LoggerMonitor, SyncMonitor
 from ._version import __version__
 
 __all__ = [
+    "AlertEvent",
     "BaseSink",
     "ConfigError",
     "DeliveryError",

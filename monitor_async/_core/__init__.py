@@ -6,6 +6,7 @@ running user code under a deadline, and this process's place in its job. The
 sinks in ``monitor_async.backends`` import from here only.
 """
 
+from .alerts import AlertEvent
 from .exceptions import (
     ConfigError,
     DeliveryError,
@@ -43,6 +44,7 @@ from .world import (
 __all__ = [
     "EMPTY_SOURCE",
     "RANKS",
+    "AlertEvent",
     "BaseSink",
     "ConfigError",
     "DeliveryError",

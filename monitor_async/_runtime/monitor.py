@@ -21,6 +21,7 @@ from .boards import Board
 from .callers import OFFLOADS, Offload, make_caller
 from .channel import channels_for
 from .counters import GRACE, Counters
+from .fanout import Fanout
 from .poll import Poller
 from .push import Pushes
 from .queue import wait_for_waiter
@@ -213,9 +214,10 @@ class Monitor:
         sinks = for_rank(sinks, self.world)  # a ranks="main" sink is never opened away from rank 0
         self._channels = channels_for(sinks, queue_size, max_batch, self._errors, float(batch_wait))
         self._counters = Counters()
-        self._pushes = Pushes(queue_size, max_values, self._errors, self._source)
+        emit = Fanout(self._channels, self._counters)
+        self._pushes = Pushes(queue_size, max_values, self._errors, emit, self._source)
         self._pushed: set[str] = set()  # names given to log(): never watch names
-        self._poller = Poller(self._counters, self._channels, self._errors, self._worker_pool)
+        self._poller = Poller(self._counters, emit, self._errors, self._worker_pool)
         self._watches: dict[str, Watch] = {}
         self._ticks: Ticks | None = None  # the running loop's timers
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -538,16 +540,6 @@ class Monitor:
         except TypeError:  # an unhashable name: an error of that push, reported on the loop
             pass
 
-    def _emit_push(self, record: Record) -> None:
-        self._counters.records += 1
-        for channel in self._channels:
-            channel.put(record)
-
-    def _drain_pushes(self) -> None:
-        dropped = self._pushes.drain(self._emit_push)
-        if dropped:
-            self._counters.values_dropped += dropped
-
     # --------------------------------------------------------------- manual mode
     async def step(self) -> dict[str, dict[str, float]]:
         """Polls every target once, writes what is due to every sink, returns it.
@@ -558,7 +550,7 @@ class Monitor:
         awaited under its watch's timeout. With ``on_error="raise"`` the first
         failure is raised after the others were polled and written.
         """
-        self._drain_pushes()
+        self._pushes.drain()
         poller = self._poller
         logged: dict[str, dict[str, float]] = {}
         pending: list[tuple[Watch, Any]] = []
@@ -594,7 +586,7 @@ class Monitor:
         seconds (hung) is not flushed; its records stay queued, with a
         warning. Every sink is waited for at once.
         """
-        self._drain_pushes()
+        self._pushes.drain()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.stop_timeout
         channels = self._channels
@@ -633,7 +625,7 @@ class Monitor:
             channel.start()
         for watch in self._watches.values():
             self._spawn(watch)
-        self._pushes.attach(self._loop, self._drain_pushes)
+        self._pushes.attach(self._loop)
         return self
 
     async def stop(self, *, log_final: bool | None = None) -> None:
@@ -664,7 +656,7 @@ class Monitor:
             if not self._finals_taken:
                 await self._cancel_polls()
                 self._pushes.attach(None)
-                self._drain_pushes()  # everything pushed before stop() is written
+                self._pushes.drain()  # everything pushed before stop() is written
                 if self._errors.error is None:
                     await self._final_snapshots(log_final)
                 for watch in self._watches.values():

@@ -22,31 +22,31 @@ from .._core.policy import ErrorPolicy, describe, log
 from .._core.record import Record
 from .._core.threads import WorkerPool
 from .callers import Busy, InlineCaller, ThreadCaller
-from .channel import Channel
 from .counters import GRACE, Counters
+from .fanout import Fanout
 from .health import on_failure
 from .watch import Watch
 
 __all__ = ["Poller"]
 
 class Poller:
-    """What a poll needs from the monitor: counters, channels, error policy, threads.
+    """What a poll needs from the monitor: counters, the fan-out, error policy, threads.
 
     Whatever a ``stats()`` raises is a failure of its watch (see
     :mod:`monitor_async._core.guard` for the two exceptions that propagate).
     """
 
-    __slots__ = ("channels", "counters", "errors", "pool", "stuck")
+    __slots__ = ("counters", "emit", "errors", "pool", "stuck")
 
     def __init__(
         self,
         counters: Counters,
-        channels: Sequence[Channel],
+        emit: Fanout,
         errors: ErrorPolicy,
         pool: Callable[[], WorkerPool],
     ) -> None:
         self.counters = counters
-        self.channels = channels
+        self.emit = emit
         self.errors = errors
         self.pool = pool
         self.stuck: dict[Watch, asyncio.Task[Any]] = {}
@@ -122,9 +122,7 @@ class Poller:
         if record is None:
             return self.finish(watch, raw)
         watch.failing = False
-        counters.records += 1
-        for channel in self.channels:
-            channel.put(record)
+        self.emit(record)
         if caller.wants_thread:
             self.promote(watch)
         return record
@@ -181,9 +179,7 @@ class Poller:
         if watch.caller.wants_thread:
             self.promote(watch)
         if record is not None:
-            counters.records += 1
-            for channel in self.channels:
-                channel.put(record)
+            self.emit(record)
         return record
 
     def fail(self, watch: Watch, message: str, exc: BaseException) -> None:

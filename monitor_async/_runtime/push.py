@@ -24,13 +24,14 @@ import asyncio
 import contextlib
 import operator
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from time import time as _time
 from typing import Any
 
 from .._core.policy import ErrorPolicy, describe
 from .._core.record import EMPTY_SOURCE, Record, Source, new_record
 from .._core.values import KeyCache, read
+from .fanout import Fanout
 
 __all__ = ["DRAIN_DELAY", "Pushes"]
 
@@ -58,11 +59,14 @@ class Pushes:
     """
 
     __slots__ = (
-        "_armed", "_caches", "_failing", "_items", "_loop", "_on_due", "dropped", "errors", "limit", "max_values",
+        "_armed", "_caches", "_failing", "_items", "_loop", "dropped", "emit", "errors", "limit", "max_values",
         "source",
     )
 
-    def __init__(self, limit: int, max_values: int, errors: ErrorPolicy, source: Source = EMPTY_SOURCE) -> None:
+    def __init__(
+        self, limit: int, max_values: int, errors: ErrorPolicy, emit: Fanout, source: Source = EMPTY_SOURCE
+    ) -> None:
+        self.emit = emit
         self.source = source
         self.limit = limit
         self.max_values = max_values
@@ -73,7 +77,6 @@ class Pushes:
         self._armed = False
         self._caches: dict[str, KeyCache] = {}
         self._failing: set[str] = set()
-        self._on_due: Callable[[], None] | None = None
 
     # ------------------------------------------------------------ caller's side
     def push(self, name: Any, metrics: Any, step: Any) -> None:
@@ -95,22 +98,20 @@ class Pushes:
             loop.call_soon_threadsafe(loop.call_later, DRAIN_DELAY, self._drain_soon)
 
     # ------------------------------------------------------------- loop's side
-    def attach(self, loop: asyncio.AbstractEventLoop | None, on_due: Callable[[], None] | None = None) -> None:
-        """Binds the pushes to a running loop (``start()``), which calls ``on_due()`` to drain them, or unbinds them."""
+    def attach(self, loop: asyncio.AbstractEventLoop | None) -> None:
+        """Binds the pushes to a running loop (``start()``), which drains them, or unbinds them."""
         self._loop = loop
-        if on_due is not None:
-            self._on_due = on_due
         self._armed = False
         if loop is not None and self._items:
             self._arm()
 
     def _drain_soon(self) -> None:
         self._armed = False
-        if self._on_due is not None:
-            self._on_due()
+        self.drain()
 
-    def drain(self, emit: Callable[[Record], None]) -> int:
-        """Turns every waiting push into a record handed to ``emit``; returns the values left out."""
+    def drain(self) -> None:
+        """Turns every waiting push into a record and hands it to the fan-out; values left out are counted."""
+        emit = self.emit
         items = self._items
         left_out = 0
         while items:
@@ -128,7 +129,8 @@ class Pushes:
             self._failing.discard(name)
             left_out += dropped
             emit(record)
-        return left_out
+        if left_out:
+            emit.counters.values_dropped += left_out
 
     def _record(self, name: Any, metrics: Any, step: Any, when: float) -> tuple[Record, int]:
         if not isinstance(name, str) or not name:

@@ -1,0 +1,26 @@
+"""Where every record goes: counted once, then put in each sink's channel. Never waits."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .._core.record import Record
+from .channel import Channel
+from .counters import Counters
+
+__all__ = ["Fanout"]
+
+
+class Fanout:
+    """The one fan-out: polls, pushes and reductions hand their records to it."""
+
+    __slots__ = ("channels", "counters")
+
+    def __init__(self, channels: Sequence[Channel], counters: Counters) -> None:
+        self.channels = channels
+        self.counters = counters
+
+    def __call__(self, record: Record) -> None:
+        self.counters.records += 1
+        for channel in self.channels:
+            channel.put(record)
