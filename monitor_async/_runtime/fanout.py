@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from .._core.alerts import AlertEvent
 from .._core.record import Record
 from .channel import Channel
 from .counters import Counters
@@ -24,3 +25,8 @@ class Fanout:
         self.counters.records += 1
         for channel in self.channels:
             channel.put(record)
+
+    def event(self, event: AlertEvent) -> None:
+        """Puts an alert event in each sink's channel (sinks with an ``alert()`` method take it)."""
+        for channel in self.channels:
+            channel.put_event(event)

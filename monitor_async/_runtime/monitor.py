@@ -10,6 +10,7 @@ from types import TracebackType
 from typing import Any
 
 from .._core.exceptions import ConfigError, WatchTypeError
+from .._core.guard import within
 from .._core.names import unique
 from .._core.policy import ON_ERROR, ErrorPolicy, OnError, log
 from .._core.record import Record
@@ -24,7 +25,6 @@ from .counters import GRACE, Counters
 from .fanout import Fanout
 from .poll import Poller
 from .push import Pushes
-from .queue import wait_for_waiter
 from .reduce import LocalBoard, Reduce, ReducedWatch, Reduction, board_for, publisher
 from .timers import Ticks, poll_forever
 from .watch import Watch
@@ -591,7 +591,7 @@ class Monitor:
         deadline = loop.time() + self.stop_timeout
         channels = self._channels
         waiters = [channel.request() for channel in channels]
-        settled = [await wait_for_waiter(waiter, max(0.0, deadline - loop.time())) for waiter in waiters]
+        settled = [await within(waiter, max(0.0, deadline - loop.time()), cancel=True) for waiter in waiters]
         for channel, done in zip(channels, settled, strict=True):
             if not done:
                 log.warning(
