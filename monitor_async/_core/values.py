@@ -166,11 +166,46 @@ def read(raw: object, limit: int, keys: KeyCache) -> tuple[dict[str, float], int
     """
     if type(raw) is Flattened:
         return raw.metrics, raw.dropped
-    out: dict[str, float] = {}
     if type(raw) is dict:
+        fast = None if keys.careful else read_plain(raw, keys, limit)
+        if fast is not None:
+            return fast, 0
+        out: dict[str, float] = {}
         return out, flatten_copy(raw, out, limit, keys)
+    out = {}
     copy, failed = as_mapping(raw, keys.prefix[:-1])
     return out, flatten(copy, out, limit, keys, raw) + failed
+
+
+def read_plain(raw: dict[Any, Any], keys: KeyCache, limit: int) -> dict[str, float] | None:
+    """`read` of the common snapshot in one loop: a dict of known keys, each a finite float, int or bool.
+
+    Returns the namespaced values of a private copy of ``raw``, or ``None``
+    having changed nothing when anything needs the rest of `read` (a new key,
+    a value to convert or leave out, nesting, two keys giving one name, more
+    than ``limit`` values).
+    """
+    try:
+        copy = raw.copy()  # private: a target mutating its dict cannot break the read
+        if len(copy) > limit:
+            return None
+        names = keys.names
+        metrics: dict[str, float] = {}
+        for key, value in copy.items():
+            kind = type(value)
+            if kind is float:
+                if value - value != 0.0:  # inf or nan: left out, by the rest of read()
+                    return None
+            elif kind is int or kind is bool:
+                value = value + 0.0
+            else:
+                return None
+            metrics[names[key]] = value
+    except Exception:  # noqa: BLE001 - a new key, an int too large for a float...: the rest of read() sees it
+        return None
+    if len(metrics) != len(copy):  # two keys gave one name (1 and "1"): the rest of read() keeps the first
+        return None
+    return metrics
 
 
 def _scalar(value: object) -> float | None:

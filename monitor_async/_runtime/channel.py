@@ -78,6 +78,8 @@ class Channel:
         batch_wait: float = 0.0,
     ) -> None:
         self.records = RecordQueue(label, queue_size, max_batch)
+        self._items = self.records.items  # the queue's deque itself, read on every put
+        self._size = queue_size
         self.label = label
         self.sink = sink
         self.batch_wait = batch_wait
@@ -109,11 +111,11 @@ class Channel:
         A full queue whose writer is not writing (it has not had its turn yet:
         many polls in one pass of the loop) keeps the record for that turn.
         """
-        queue = self.records
-        items = queue.items
-        if len(items) >= queue.size and not self.writer_due():
-            queue.drop_oldest()
+        items = self._items
+        if len(items) >= self._size and not self.writer_due():
+            self.records.drop_oldest()
         items.append(record)
+        queue = self.records
         if queue.wake is not None and len(items) >= queue.wake_at:
             queue.release()
 

@@ -21,7 +21,8 @@ class Fanout:
         self.channels = channels
         self.counters = counters
 
-    def __call__(self, record: Record) -> None:
+    def emit(self, record: Record) -> None:
+        """Counts ``record`` and puts it in each sink's channel."""
         self.counters.records += 1
         for channel in self.channels:
             channel.put(record)

@@ -214,10 +214,10 @@ class Monitor:
         sinks = for_rank(sinks, self.world)  # a ranks="main" sink is never opened away from rank 0
         self._channels = channels_for(sinks, queue_size, max_batch, self._errors, float(batch_wait))
         self._counters = Counters()
-        emit = Fanout(self._channels, self._counters)
-        self._pushes = Pushes(queue_size, max_values, self._errors, emit, self._source)
+        fanout = Fanout(self._channels, self._counters)
+        self._pushes = Pushes(queue_size, max_values, self._errors, fanout, self._source)
         self._pushed: set[str] = set()  # names given to log(): never watch names
-        self._poller = Poller(self._counters, emit, self._errors, self._worker_pool)
+        self._poller = Poller(self._counters, fanout, self._errors, self._worker_pool)
         self._watches: dict[str, Watch] = {}
         self._ticks: Ticks | None = None  # the running loop's timers
         self._tasks: dict[str, asyncio.Task[None]] = {}

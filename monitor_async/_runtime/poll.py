@@ -41,12 +41,12 @@ class Poller:
     def __init__(
         self,
         counters: Counters,
-        emit: Fanout,
+        fanout: Fanout,
         errors: ErrorPolicy,
         pool: Callable[[], WorkerPool],
     ) -> None:
         self.counters = counters
-        self.emit = emit
+        self.emit = fanout.emit  # the one fan-out
         self.errors = errors
         self.pool = pool
         self.stuck: dict[Watch, asyncio.Task[Any]] = {}
@@ -100,17 +100,11 @@ class Poller:
         return self.finish(watch, raw, force)
 
     def poll_carried(self, watch: Watch) -> Any:
-        """:meth:`poll_once` of a watch the timers poll (see ``Ticks``): the same poll and the same result.
-
-        The common poll (an inline ``stats()`` that gives a plain dict, see
-        :meth:`Watch.steady`) is finished here in one piece; anything else
-        takes the path of :meth:`poll_once`, with the answer already in hand.
-        """
+        """`poll_once` of a watch the timers poll (see `Ticks`): an inline caller without its checks."""
         caller = watch.caller
-        if type(caller) is not InlineCaller or not watch.plain or self.stuck:
+        if type(caller) is not InlineCaller or self.stuck:
             return self.poll_once(watch)
-        counters = self.counters
-        counters.polls += 1
+        self.counters.polls += 1
         try:
             raw = caller.call()
         except BaseException as exc:  # noqa: BLE001 - reported through on_error, unless it must propagate
@@ -118,7 +112,10 @@ class Poller:
             return None
         if type(raw) is not dict:
             return raw if inspect.isawaitable(raw) else self.finish(watch, raw)
-        record = watch.steady(raw)
+        if not watch.plain:
+            return self.finish(watch, raw)
+        # the common poll: the one read and the one fan-out, without finish()'s checks for drops
+        record = watch.fast(raw)
         if record is None:
             return self.finish(watch, raw)
         watch.failing = False

@@ -59,14 +59,14 @@ class Pushes:
     """
 
     __slots__ = (
-        "_armed", "_caches", "_failing", "_items", "_loop", "dropped", "emit", "errors", "limit", "max_values",
+        "_armed", "_caches", "_failing", "_items", "_loop", "dropped", "errors", "fanout", "limit", "max_values",
         "source",
     )
 
     def __init__(
-        self, limit: int, max_values: int, errors: ErrorPolicy, emit: Fanout, source: Source = EMPTY_SOURCE
+        self, limit: int, max_values: int, errors: ErrorPolicy, fanout: Fanout, source: Source = EMPTY_SOURCE
     ) -> None:
-        self.emit = emit
+        self.fanout = fanout
         self.source = source
         self.limit = limit
         self.max_values = max_values
@@ -111,7 +111,7 @@ class Pushes:
 
     def drain(self) -> None:
         """Turns every waiting push into a record and hands it to the fan-out; values left out are counted."""
-        emit = self.emit
+        emit = self.fanout.emit
         items = self._items
         left_out = 0
         while items:
@@ -130,7 +130,7 @@ class Pushes:
             left_out += dropped
             emit(record)
         if left_out:
-            emit.counters.values_dropped += left_out
+            self.fanout.counters.values_dropped += left_out
 
     def _record(self, name: Any, metrics: Any, step: Any, when: float) -> tuple[Record, int]:
         if not isinstance(name, str) or not name:

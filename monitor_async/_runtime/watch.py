@@ -18,7 +18,7 @@ from .._core.names import rate_names
 from .._core.policy import log
 from .._core.record import EMPTY_SOURCE, Record, Source, new_record
 from .._core.schedule import Every
-from .._core.values import Flattened, KeyCache, flatten_copy, read
+from .._core.values import Flattened, KeyCache, read, read_plain
 from .callers import Caller
 
 __all__ = ["Watch"]
@@ -134,7 +134,7 @@ class Watch:
         self.has_logged = False
         self.failing = False
         self.capped = False
-        # no schedule, no rate named like a counter, snapshot() not overridden: steady() may take the poll
+        # no schedule, no rate named like a counter, snapshot() not overridden: the fast read may take the poll
         self.plain = schedule is None and not self.rates_overlap and type(self).snapshot is Watch.snapshot
         self.origin = 0.0
         self.slot = 0
@@ -149,17 +149,16 @@ class Watch:
         Returns the record (``None`` when not due) and how many values were
         left out (non-numeric, non-finite, or over ``max_values``).
         """
-        # a private copy, so a target mutating its dict cannot break the read; a thread-offloaded
-        # target's result comes flattened already (see prepare)
-        if type(raw) is dict:
-            metrics: dict[str, float] = {}
-            dropped = flatten_copy(raw, metrics, self.max_values, self.keys)
-        else:
-            metrics, dropped = read(raw, self.max_values, self.keys)
+        since = self.baseline_time
+        if self.plain and not force and type(raw) is dict:
+            record = self.fast(raw)
+            if record is not None:
+                return record, 0
+        # a thread-offloaded target's result comes flattened already (see prepare)
+        metrics, dropped = read(raw, self.max_values, self.keys)
         if dropped and not self.capped and len(metrics) >= self.max_values:
             self._warn_capped()
         now = _monotonic()
-        since = self.baseline_time
         # no schedule and not the first poll: always due (the common case, without a call)
         if not (force or (since is not None and self.schedule is None) or self._due(metrics, now, since is None)):
             if since is None:
@@ -183,41 +182,17 @@ class Watch:
         self.has_logged = True
         return new_record(self.name, step, _time(), metrics, self.source), dropped
 
-    def steady(self, raw: dict[Any, Any]) -> Record | None:
-        """:meth:`snapshot` of the common background poll, in one piece; ``None``: take :meth:`snapshot`.
+    def fast(self, raw: dict[Any, Any]) -> Record | None:
+        """The record of the common background poll in one piece, or ``None``: `snapshot` reads it in full.
 
-        The common poll: a :attr:`plain` watch past its first poll, whose
-        ``stats()`` gave a dict of keys it has seen before, each value a
-        finite ``float``, ``int`` or ``bool``, no more than ``max_values`` of
-        them. The record is the one :meth:`snapshot` makes of it (the same
-        names, values, rates and step), with one loop over the values and no
-        call per value. Anything else (a new key, a value to convert or leave
-        out, a nested mapping, two keys giving one name, the first poll, a
-        rate over a sliver of time) returns ``None`` having changed nothing,
-        and the caller reads the snapshot in full with :meth:`snapshot`.
+        The common poll: a plain watch past its first poll whose ``stats()``
+        gave a dict that `read_plain` reads (known keys, finite numbers).
         """
         since = self.baseline_time
-        if since is None or self.keys.careful:
+        if since is None:
             return None
-        try:
-            copy = raw.copy()  # private: a target mutating its dict cannot break the read
-            if len(copy) > self.max_values:
-                return None
-            names = self.keys.names
-            metrics: dict[str, float] = {}
-            for key, value in copy.items():
-                kind = type(value)
-                if kind is float:
-                    if value - value != 0.0:  # inf or nan: left out, by snapshot()
-                        return None
-                elif kind is int or kind is bool:
-                    value = value + 0.0
-                else:
-                    return None
-                metrics[names[key]] = value
-        except Exception:  # noqa: BLE001 - a new key, an int too large for a float...: snapshot() reads it
-            return None
-        if len(metrics) != len(copy):  # two keys gave one name (1 and "1"): snapshot() keeps the first
+        metrics = read_plain(raw, self.keys, self.max_values)
+        if metrics is None:
             return None
         now = _monotonic()
         if now <= since or (self.background and now - since < 0.5 * self.interval):

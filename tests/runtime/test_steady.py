@@ -1,8 +1,8 @@
-"""The common background poll, finished in one piece (``Watch.steady``), makes the records the full read makes.
+"""The common background poll, finished in one piece (the fast branch of ``Watch.snapshot``), makes the records the full read makes.
 
-The timers finish a plain poll (known keys, finite ``float``/``int``/``bool``
-values, no schedule) without the general reader; anything else goes through
-``Watch.snapshot``. A user must not be able to tell which path a poll took:
+A plain poll (known keys, finite ``float``/``int``/``bool`` values, no
+schedule) is read by ``read_plain`` alone; anything else falls out to the
+general reader. A user must not be able to tell which path a poll took:
 the same names, values, rates, step and drop counts, poll after poll, while
 the target's snapshots change shape under it.
 """
@@ -59,21 +59,54 @@ def _watch(step_key: str | None = None, max_values: int = 1000) -> Watch:
     )
 
 
+class OnePiece:
+    """Tells whether a snapshot was finished in one piece: ``read_plain`` answered and the general ``read`` never ran."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.fast: list[bool] = []
+        self.general = 0
+        plain, general = watch_module.read_plain, watch_module.read
+
+        def spy_plain(*args: Any) -> Any:
+            out = plain(*args)
+            self.fast.append(out is not None)
+            return out
+
+        def spy_general(*args: Any) -> Any:
+            self.general += 1
+            return general(*args)
+
+        monkeypatch.setattr(watch_module, "read_plain", spy_plain)
+        monkeypatch.setattr(watch_module, "read", spy_general)
+
+    def snapshot(self, watch: Watch, raw: Any) -> tuple[Any, int, bool]:
+        """``watch.snapshot(raw)``, and whether it took the one-piece path."""
+        self.fast.clear()
+        before = self.general
+        record, dropped = watch.snapshot(raw)
+        return record, dropped, any(self.fast) and self.general == before
+
+
+def _full(step_key: str | None = None, max_values: int = 1000) -> Watch:
+    """A watch that always takes the general read (not plain)."""
+    watch = _watch(step_key, max_values)
+    watch.plain = False
+    return watch
+
+
 @pytest.mark.parametrize("step_key", [None, "frames"])
 def test_each_poll_gives_the_record_of_the_full_read(monkeypatch: pytest.MonkeyPatch, step_key: str | None) -> None:
     clock = [100.0]
     monkeypatch.setattr(watch_module, "_monotonic", lambda: clock[0])
     monkeypatch.setattr(watch_module, "_time", lambda: 1e9 + clock[0])
-    quick, full = _watch(step_key), _watch(step_key)
+    quick, full = _watch(step_key), _full(step_key)
+    spy = OnePiece(monkeypatch)
     taken: list[int] = []
     rated: list[int] = []  # polls whose record has a rate
     for n, (raw, _) in enumerate(SCRIPT):
         clock[0] += 1.5
-        record = quick.steady(raw)
-        if record is None:
-            record, dropped = quick.snapshot(raw)
-        else:
-            dropped = 0
+        record, dropped, one_piece = spy.snapshot(quick, raw)
+        if one_piece:
             taken.append(n)
         expected, expected_dropped = full.snapshot(raw)
         assert record == expected, f"poll {n}: {raw}"
@@ -91,14 +124,16 @@ def test_a_snapshot_over_the_cap_and_a_sliver_of_time_take_the_full_read(monkeyp
     monkeypatch.setattr(watch_module, "_monotonic", lambda: clock[0])
     watch = _watch(max_values=2)
     watch.snapshot({"a": 1, "b": 2})
+    spy = OnePiece(monkeypatch)
     clock[0] += 1.0
-    assert watch.steady({"a": 1, "b": 2}) is not None
+    assert spy.snapshot(watch, {"a": 1, "b": 2})[2]
     clock[0] += 1.0
-    assert watch.steady({"a": 1, "b": 2, "c": 3}) is None  # over max_values: the full read cuts and counts
-    assert watch.steady({"a": 1, "b": 2}) is not None
+    assert not spy.snapshot(watch, {"a": 1, "b": 2, "c": 3})[2]  # over max_values: the full read cuts and counts
+    clock[0] += 1.0
+    assert spy.snapshot(watch, {"a": 1, "b": 2})[2]
     watch.background = True
     clock[0] += 0.1  # a tenth of the interval after the last record: its rates would be noise
-    assert watch.steady({"a": 1, "b": 2}) is None
+    assert not spy.snapshot(watch, {"a": 1, "b": 2})[2]
 
 
 class Script:
