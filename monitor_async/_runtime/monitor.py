@@ -70,46 +70,9 @@ def _function_name(fn: Callable[..., Any]) -> str:
 class Monitor:
     """Polls watched targets on the running event loop and streams their metrics to sinks.
 
-    Guarantees:
-        - Every watched target is polled by its own task: a slow, failing or
-          hung target never delays another.
-        - Each sink has its own bounded queue; when a sink falls behind the
-          *oldest* queued records are dropped and counted
-          (``stats()["sink/<label>/dropped"]``). Polling never waits for a sink.
-        - Records of one watch reach every sink in poll order.
-        - In background mode a record reaches its sink within ``batch_wait``
-          seconds (default 0.25) of its poll, sooner once half of
-          ``queue_size`` records wait (they then go out in batches of
-          ``max_batch``, all in one ``write_batches`` call when the sink has
-          it, else one ``write`` after another); ``step()``, ``flush()`` and
-          ``stop()`` write everything queued at once. ``batch_wait=0`` writes
-          as soon as anything is queued.
-        - ``stop()`` and ``flush()`` return within a bounded time whatever
-          hangs, even a ``stats()`` or a sink that ignores its cancellation:
-          a hung target's final snapshot is skipped, and a sink that does not
-          drain within ``stop_timeout`` seconds is abandoned (what it held
-          counted in ``sink/<label>/abandoned``), both with a warning. What
-          ignores its cancellation is left behind on the loop (it cannot be
-          killed).
-        - ``step()`` writes to every sink at once: a hung sink holds back
-          none of the others, only ``step()``'s return.
-        - ``KeyboardInterrupt``, ``SystemExit`` or a stray ``CancelledError``
-          raised by a ``stats()`` or a sink is a failure of that watch or
-          sink (counted, reported through ``on_error``), never the end of the
-          loop, a writer or ``step()``; a real cancel of the caller
-          propagates.
-        - For each sink, ``written + dropped + queued + abandoned ==
-          delivered`` whenever no write is under way (always after
-          ``stop()``).
-        - ``start()`` after ``stop()`` starts again, on the same loop or
-          another one.
-        - The monitor never closes targets, and closes sinks only when built
-          with ``close_sinks=True``.
-        - In a distributed job (``world=`` or :func:`monitor_async.distributed.world`),
-          a sink built with ``ranks="main"`` is left out on every rank but
-          rank 0 (never opened there), each record's ``source`` holds the
-          rank, and the monitor never calls a collective or waits for another
-          rank (see ``watch(reduce=...)``).
+    Each target is polled by its own task; each sink has its own bounded,
+    drop-oldest queue; ``stop()`` returns in bounded time whatever hangs. What
+    holds and when is in [the guarantees](../guarantees.md).
 
     Args:
         sinks: where records go: a sink (anything with ``async write``,

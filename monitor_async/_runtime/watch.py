@@ -55,6 +55,7 @@ class Watch:
         "baseline",
         "last_log_time",
         "has_logged",
+        "last_step",
         "name",
         "source",
         "failing",
@@ -132,6 +133,7 @@ class Watch:
         self.last_counter: float | None = None
         self.last_log_time: float | None = None
         self.has_logged = False
+        self.last_step: int | None = None  # the step of the last record logged
         self.failing = False
         self.capped = False
         # no schedule, no rate named like a counter, snapshot() not overridden: the fast read may take the poll
@@ -166,6 +168,11 @@ class Watch:
                 self.baseline_time = now
             return None, dropped
         step = None if self.step_key is None else self._step(metrics)
+        if force and step is not None and step == self.last_step and self.has_logged:
+            # the final snapshot of a step already logged: a second row of one step (TensorBoard and
+            # wandb keep one value per step) would only repeat it
+            return None, dropped
+        self.last_step = step
         if since is not None and now - since < 0.5 * self.interval and (force or self.background):
             # a rate over a sliver of time (the final snapshot right after the last poll) is noise:
             # left out, and the baseline kept, so the next rate spans the whole time since it
@@ -180,6 +187,7 @@ class Watch:
         self.baseline = counters
         self.baseline_time = self.last_log_time = now
         self.has_logged = True
+        self.last_step = step
         return new_record(self.name, step, _time(), metrics, self.source), dropped
 
     def fast(self, raw: dict[Any, Any]) -> Record | None:
@@ -229,6 +237,7 @@ class Watch:
         self.baseline = counters
         self.baseline_time = self.last_log_time = now
         self.has_logged = True
+        self.last_step = step
         return new_record(self.name, step, _time(), metrics, self.source)
 
     def prepare(self, raw: Any) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from pathlib import Path
 
 import pytest
 
@@ -343,3 +344,26 @@ async def test_drift_free_cadence_skips_missed_slots() -> None:
     await monitor.stop()
     assert slow.calls <= 8  # ~1 s / 0.15 s, never bursting to 20
     assert monitor.stats()["polls_missed"] >= 8
+
+
+async def test_the_final_snapshot_of_a_step_already_logged_is_not_written_again(tmp_path: Path) -> None:
+    from monitor_async import Every
+    from monitor_async.backends import CSVSink
+
+    class Buffer:
+        write_count = 0
+
+        def stats(self) -> dict[str, int]:
+            return {"write_count": self.write_count, "size": 3}
+
+    buffer = Buffer()
+    path = tmp_path / "m.csv"
+    monitor = Monitor(CSVSink(path))
+    monitor.watch(buffer, name="rb", schedule=Every.counter("write_count", 10), step="write_count")
+    for _ in range(3):
+        buffer.write_count += 10
+        await monitor.step()
+    await monitor.stop()
+    steps = [line.split(",")[2] for line in path.read_text().splitlines()[1:] if line.split(",")[3] == "rb/write_count"]
+    assert steps == sorted(set(steps)), f"each step once: {steps}"
+    assert steps[-1] == "30"
