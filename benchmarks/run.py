@@ -264,9 +264,12 @@ def headline(rows: Sequence[Row]) -> str:
     on_time = _row(rows, "7.", "share of polls within")
     if on_time is not None:
         parts.append(f"10,000 targets on time {on_time.ours:.3f}")
-    push = [r for r in rows if r.unit == "us" and r.measure.startswith("caller's cost per log()")]
-    if push:
-        parts.append(f"log() {push[0].ours:.1f} us")
+    log_call = next((r for r in rows if r.measure.startswith("SyncMonitor.log() calls/s")), None)
+    if log_call is not None and log_call.ours > 0:
+        parts.append(f"log() {1e6 / log_call.ours:.2f} us")
+    cheapest = next((r for r in rows if r.measure.startswith("ours vs the cheapest peer")), None)
+    if cheapest is not None and cheapest.ratio is not None:
+        parts.append(f"log() {cheapest.ratio:.0f}x the cheapest peer")
     return "; ".join(parts)
 
 
@@ -393,8 +396,7 @@ def against(
                           + (f" FAILED: {error}" if error else ""), flush=True)
                     ok = ok and not error
                     for row in rows:
-                        key = (row.scenario, f"{row.who}: {row.measure}" if row.who not in ("ours", "floor")
-                               else row.measure)
+                        key = (row.scenario, row.measure)
                         units[key] = row.unit
                         figures.setdefault(key, {"old": [], "new": []})[label].append(row.ours)
     out = [
