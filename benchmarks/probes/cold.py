@@ -24,7 +24,7 @@ def main() -> None:
     for i in range(100):
         monitor.watch(TwelveKeys(), name=f"t{i}")
     poller = monitor._poller  # the poll path alone, without a loop or a sink
-    queue = monitor._channels[0].queue
+    queue = monitor._channels[0].records.items
     distinct = list(monitor._watches.values())
     rounds = {"100 watches": distinct, "1 watch x 100": [distinct[0]] * 100}
     for gap in (0.05, 0.005, 0.0005, 0.0):

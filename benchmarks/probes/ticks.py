@@ -69,7 +69,7 @@ async def _measure(targets: int, rounds: int) -> list[tuple[str, list[tuple[str,
         watch.origin = now
         watch.waiter = loop.create_future()
     ours = [watches[g::GROUPS] for g in range(GROUPS)]
-    queue = monitor._channels[0].queue
+    queue = monitor._channels[0].records.items
 
     def tick(g: int) -> None:
         ticks._poll(ours[g])
