@@ -10,5 +10,8 @@ smoke run under a minute). Scenarios, one module each:
 - ``bench_scale``: 10,000 targets at 1 Hz on one loop;
 - ``bench_memory``: memory while a sink is stalled.
 
-The latest full run is in ``benchmarks/RESULTS.md``.
+``python -m benchmarks --write`` records the run in ``benchmarks/RESULTS.md``;
+``--against DIR`` compares another checkout with this one by turns. Probes
+that reach into private modules are in ``benchmarks/probes/``, outside the
+suite.
 """

@@ -35,9 +35,8 @@ from typing import Any
 
 from monitor_async import SyncMonitor
 from monitor_async.backends import CSVSink, TensorBoardSink
-from monitor_async.backends._files import LineFile
 
-from ._common import Bare, Row, TwelveKeys, best_rate, torchrl_monitor
+from ._common import Bare, LineFile, Row, TwelveKeys, best_rate, torchrl_monitor
 
 __all__ = ["run"]
 

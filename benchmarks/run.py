@@ -1,17 +1,20 @@
-"""The benchmark suite's entry point: ``python -m benchmarks [--quick] [--only NAME,...]``.
+"""The benchmark suite's entry point: ``python -m benchmarks [--quick] [--only NAME,...] [--write]``.
 
 Every scenario runs in a fresh interpreter (``python -m benchmarks --child
 NAME``), so one scenario's threads, imports (torch), heap and garbage never
-weigh on the next one's figures. Each prints ours, TorchRL's figure (when
-torchrl is importable) and the ratio; the full run writes the table, the
-machine, the command and its own output to ``benchmarks/RESULTS.md``.
-``--quick`` runs every scenario with small sizes in under a minute, for CI:
-no figure is asserted anywhere.
+weigh on the next one's figures. Each prints ours, the peer's figure (when
+the peer is importable) and the ratio. ``--write`` puts the run in
+``benchmarks/RESULTS.md`` (its latest-run section; a full run also adds one
+line to its history). ``--quick`` runs every scenario with small sizes in
+about a minute, for CI: no figure is asserted anywhere. ``--against DIR``
+runs the scenarios for another checkout of the repository and this one by
+turns, and prints old against new with the noise between turns.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import datetime as dt
 import importlib
 import importlib.metadata
@@ -20,8 +23,10 @@ import json
 import os
 import platform
 import shlex
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -35,8 +40,9 @@ __all__ = ["SCENARIOS", "main"]
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 MARK = "BENCH-ROWS "
-HISTORY = "## History and probes"
-"""The heading in RESULTS.md under which earlier measurements are kept by hand; a run keeps it."""
+PACKAGE = "BENCH-PACKAGE "
+HISTORY = "## History"
+"""The heading in RESULTS.md of the one-line-per-full-run history; a run keeps it and may add a line."""
 
 
 @dataclass(frozen=True)
@@ -158,13 +164,13 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def _commit() -> str:
+def _commit(root: Path = ROOT) -> str:
     try:
         out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, check=True
         )
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True, text=True
         ).stdout.strip()
         return out.stdout.strip() + (" (with uncommitted changes)" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
@@ -187,38 +193,91 @@ def machine() -> dict[str, str]:
 
 
 # ------------------------------------------------------------------------ runs
-def run_child(name: str, quick: bool, baseline: bool) -> int:
+def run_child(name: str, quick: bool, baseline: bool, settings: dict[str, Any]) -> int:
     """In the child interpreter: runs one scenario and prints its rows as one JSON line."""
+    import monitor_async
+
+    print(PACKAGE + os.path.dirname(os.path.abspath(monitor_async.__file__)), flush=True)
     scenario = SCENARIOS[name]
-    kwargs = dict(scenario.quick if quick else scenario.full)
+    kwargs = {**(scenario.quick if quick else scenario.full), **settings}
     rows = scenario.load()(baseline=baseline, **kwargs)
     print(MARK + json.dumps([row.as_json() for row in rows]), flush=True)
     return 0
 
 
-def run_scenario(name: str, quick: bool, baseline: bool, timeout: float) -> tuple[list[Row], str]:
-    """Runs one scenario in a fresh interpreter; returns its rows and, if it failed, why."""
+@dataclass(frozen=True)
+class Tree:
+    """Where a scenario's child runs: its working directory and the ``PYTHONPATH`` in front."""
+
+    cwd: Path
+    path: tuple[str, ...]
+
+
+def run_scenario(
+    name: str, quick: bool, baseline: bool, timeout: float, settings: dict[str, Any] | None = None,
+    tree: Tree | None = None,
+) -> tuple[list[Row], str, str]:
+    """Runs one scenario in a fresh interpreter; returns its rows, the package it measured and, if it failed, why."""
+    tree = tree or Tree(ROOT, (str(ROOT),))
     command = [sys.executable, "-m", "benchmarks", "--child", name]
     if quick:
         command.append("--quick")
     if not baseline:
         command.append("--no-torchrl")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    for key, value in (settings or {}).items():
+        command += ["--set", f"{key}={value!r}"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [*tree.path, os.environ.get("PYTHONPATH")]))}
     try:
-        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(command, cwd=tree.cwd, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        return [], f"timed out after {timeout:g} s"
+        return [], "", f"timed out after {timeout:g} s"
+    package = next((t[len(PACKAGE):] for t in done.stdout.splitlines() if t.startswith(PACKAGE)), "")
     for text in reversed(done.stdout.splitlines()):
         if text.startswith(MARK):
-            return [Row.from_json(data) for data in json.loads(text[len(MARK):])], ""
+            return [Row.from_json(data) for data in json.loads(text[len(MARK):])], package, ""
     tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-15:])
-    return [], f"exit status {done.returncode}\n{tail}"
+    return [], package, f"exit status {done.returncode}\n{tail}"
+
+
+def _row(rows: Sequence[Row], number: str, measure: str) -> Row | None:
+    """The row of scenario ``number`` (``"7."``) whose measure starts with ``measure``."""
+    return next((r for r in rows if r.scenario.startswith(number + " ") and r.measure.startswith(measure)), None)
+
+
+def headline(rows: Sequence[Row]) -> str:
+    """The headline figures of a run, in one line: the goals met and the ratios the goals read."""
+    met = [row.met for row in rows if row.met is not None]
+    parts = [f"{sum(met)} of {len(met)} goals met"]
+
+    def ratio(label: str, row: Row | None) -> None:
+        if row is not None and row.ratio is not None:
+            parts.append(f"{label} {row.ratio:.2f}x TorchRL")
+
+    def over(label: str, row: Row | None) -> None:
+        if row is not None and row.over_floor is not None:
+            parts.append(f"{label} {row.over_floor:.2f}x its floor")
+
+    ratio("step()", _row(rows, "1.", "SyncMonitor(background=False)"))
+    ratio("CSV", _row(rows, "2.", "CSV, in the OS"))
+    over("CPU per background poll", _row(rows, "6.", "CPU per background poll"))
+    over("10,000 targets' CPU", _row(rows, "7.", "process CPU share"))
+    on_time = _row(rows, "7.", "share of polls within")
+    if on_time is not None:
+        parts.append(f"10,000 targets on time {on_time.ours:.3f}")
+    log_call = next((r for r in rows if r.measure.startswith("SyncMonitor.log() calls/s")), None)
+    if log_call is not None and log_call.ours > 0:
+        parts.append(f"log() {1e6 / log_call.ours:.2f} us")
+    cheapest = next((r for r in rows if r.measure.startswith("ours vs the cheapest peer")), None)
+    if cheapest is not None and cheapest.ratio is not None:
+        parts.append(f"log() {cheapest.ratio:.0f}x the cheapest peer")
+    return "; ".join(parts)
 
 
 def write_results(
     path: Path, rows: Sequence[Row], log: Sequence[str], command: str, started: dt.datetime, seconds: float,
-    info: dict[str, str], names: Sequence[str],
+    info: dict[str, str], names: Sequence[str], full: bool,
 ) -> None:
+    """Writes the latest run to ``path``, keeping its history and, for a ``full`` run, adding a line to it."""
     modules = dict.fromkeys(SCENARIOS[name].module for name in names)
     methods = "\n\n".join(
         f"### {module}.py\n\n{next(SCENARIOS[n].doc() for n in names if SCENARIOS[n].module == module)}"
@@ -228,9 +287,19 @@ def write_results(
     machine_lines = "\n".join(f"- {key}: {value}" for key, value in info.items())
     met = [row.met for row in rows if row.met is not None]
     summary = f"{sum(met)} of {len(met)} goals met." if met else "No goals checked."
+    old = path.read_text(encoding="utf-8") if path.exists() else ""
+    at = old.find("\n" + HISTORY + "\n")
+    lines = [t for t in old[at:].splitlines() if t.startswith("- ")] if at >= 0 else []
+    if full:
+        lines.append(f"- {started.strftime('%Y-%m-%d %H:%M %Z').strip()}, {info['commit']}: {headline(rows)}")
+    history = "\n".join(lines) or "(no full run yet)"
     text = f"""# Benchmark results
 
-Written by the benchmark suite itself; do not edit by hand.
+Written by `python -m benchmarks --write`; do not edit by hand. The latest run is below, then
+one line per full run. What the figures mean, and what was learned measuring them, is in
+`docs/performance.md`.
+
+## Latest run
 
 - Command: `{command}` (run from the repository root)
 - Date: {started.strftime("%Y-%m-%d %H:%M %Z").strip()}, {seconds:.0f} s in all
@@ -238,32 +307,141 @@ Written by the benchmark suite itself; do not edit by hand.
 
 Ours is monitor-async; TorchRL is `torchrl.record.loggers.monitoring.LoggerMonitor` with its
 own loggers, driving the same target classes in the same run on the same machine. Ratio is
-ours / TorchRL. A goal against a floor (`<= 1.2x floor ...`) holds ours to a multiple of the
+ours / TorchRL. A goal against a floor (`<= 1.1x floor ...`) holds ours to a multiple of the
 same work done the plain way with no monitor, measured in the same run (see each scenario).
 Every scenario ran in a fresh interpreter. {summary}
 
 {table(rows)}
 
-## Notes on the figures
+### Notes on the figures
 
 {notes}
 
-## How each scenario is measured
+### How each scenario is measured
 
-{methods}
+{methods.replace(chr(10) + "### ", chr(10) + "#### ").replace("### ", "#### ", 1)}
 
-## Output of the run
+### Output of the run
 
 ```
 {chr(10).join(log)}
 ```
+
+{HISTORY}
+
+One line per full run (`python -m benchmarks --write`): date, commit, headline figures. The
+lines up to 8bfff35 were read off the notebook this file once kept by hand; the two background
+goals are read against the floors issue 27 names (the bare asyncio loop, the least-bookkeeping
+floor), with the plain thread they were held to then beside them.
+
+{history}
 """
-    # measurement history and one-off probes, written by hand below this heading, are kept
-    old = path.read_text(encoding="utf-8") if path.exists() else ""
-    at = old.find(HISTORY)
-    if at >= 0:
-        text += "\n" + old[at:]
     path.write_text(text, encoding="utf-8")
+
+
+# ---------------------------------------------------------------- old and new
+def _old_tree(old: Path, stage: Path) -> Tree:
+    """This suite's code against the package of the checkout ``old``: ``benchmarks`` comes from ``stage``."""
+    link = stage / "benchmarks"
+    if not link.exists():
+        link.symlink_to(Path(__file__).resolve().parent, target_is_directory=True)
+    return Tree(stage, (str(stage), str(old)))
+
+
+def _spread(values: Sequence[float]) -> float | None:
+    """The spread of a tree's turns, (max - min) / median; ``None`` with fewer than two."""
+    if len(values) < 2:
+        return None
+    middle = statistics.median(values)
+    return (max(values) - min(values)) / abs(middle) if middle else None
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1%}"
+
+
+def against(
+    old: Path, names: Sequence[str], quick: bool, baseline: bool, timeout: float, turns: int,
+    settings: dict[str, dict[str, Any]],
+) -> tuple[str, bool]:
+    """Runs every scenario for the checkout ``old`` and for this tree by turns; returns the table and whether all ran.
+
+    Each turn runs each tree once, the order turning from one turn to the
+    next, so both meet the same machine. The old tree runs this suite's
+    scenario code on its package; a scenario that cannot import there (it
+    needs code this suite has and the old one lacks) runs the old tree's own
+    suite instead, marked in the table.
+    """
+    new_tree = Tree(ROOT, (str(ROOT),))
+    figures: dict[tuple[str, str], dict[str, list[float]]] = {}
+    units: dict[tuple[str, str], str] = {}
+    how: dict[str, str] = {}
+    ok = True
+    with tempfile.TemporaryDirectory(prefix="monitor-async-against-") as stage:
+        old_tree = _old_tree(old, Path(stage))
+        own_suite = Tree(old, (str(old),))
+        for name in names:
+            for turn in range(turns):
+                order = [("old", old_tree), ("new", new_tree)]
+                for label, tree in order if turn % 2 == 0 else order[::-1]:
+                    if label == "old" and how.get(name) == "old suite":
+                        tree = own_suite
+                    begun = time.perf_counter()
+                    rows, package, error = run_scenario(name, quick, baseline, timeout, settings.get(name), tree)
+                    if error and label == "old" and tree is old_tree and "Error: No module named" in error:
+                        how[name], tree = "old suite", own_suite
+                        rows, package, error = run_scenario(name, quick, baseline, timeout, None, tree)
+                    expected = Path(old if label == "old" else ROOT).resolve()
+                    if package and not Path(package).resolve().is_relative_to(expected):
+                        error = error or f"measured {package}, not a package of {expected}"
+                        rows = []
+                    print(f"[{name}] turn {turn + 1} {label} ({time.perf_counter() - begun:.1f} s)"
+                          + (f" FAILED: {error}" if error else ""), flush=True)
+                    ok = ok and not error
+                    for row in rows:
+                        key = (row.scenario, row.measure)
+                        units[key] = row.unit
+                        figures.setdefault(key, {"old": [], "new": []})[label].append(row.ours)
+    out = [
+        f"Old: {old} ({_commit(old)}); new: {ROOT} ({_commit(ROOT)}); {turns} turns each, alternating.",
+        "Figures are medians of the turns; noise is the spread (max - min) / median between the turns of one tree.",
+        "",
+        "| scenario | measure | old | new | new/old | noise old | noise new |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for (scenario, measure), got in figures.items():
+        unit = units[(scenario, measure)]
+        a = statistics.median(got["old"]) if got["old"] else None
+        b = statistics.median(got["new"]) if got["new"] else None
+        ratio = f"{b / a:.3f}" if a and b is not None else "n/a"
+        out.append(
+            f"| {scenario} | {measure} | {fmt(a, unit)} | {fmt(b, unit)} | {ratio} "
+            f"| {_pct(_spread(got['old']))} | {_pct(_spread(got['new']))} |"
+        )
+    marked = [name for name, kind in how.items() if kind == "old suite"]
+    if marked:
+        out.append(f"\nRun with the old tree's own suite (this suite's code needs what it lacks): {', '.join(marked)}.")
+    return "\n".join(out), ok
+
+
+# ------------------------------------------------------------------------ main
+def _settings(items: Sequence[str], names: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """``--set [SCENARIO.]KEY=VALUE`` as each scenario's keyword arguments (no scenario: every selected one)."""
+    out: dict[str, dict[str, Any]] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--set {item!r}: expected [SCENARIO.]KEY=VALUE")
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            value = text
+        scenario, dot, key = key.rpartition(".")
+        if dot and scenario not in SCENARIOS:
+            raise ValueError(f"--set {item!r}: unknown scenario {scenario!r}")
+        for name in [scenario] if dot else names:
+            out.setdefault(name, {})[key] = value
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -271,26 +449,54 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m benchmarks",
         description="monitor-async benchmarks, side by side with TorchRL's LoggerMonitor.",
     )
-    parser.add_argument("--quick", action="store_true", help="small sizes, under a minute in all (CI smoke run)")
+    parser.add_argument("--quick", action="store_true", help="small sizes, about a minute in all (CI smoke run)")
     parser.add_argument("--only", default="", help=f"comma-separated scenarios among: {', '.join(SCENARIOS)}")
     parser.add_argument("--no-torchrl", action="store_true", help="skip the TorchRL baseline")
     parser.add_argument(
-        "--output", type=Path, default=None,
-        help="where to write the results (default: benchmarks/RESULTS.md for a full run, nothing for --quick)",
+        "--set", action="append", default=[], metavar="[SCENARIO.]KEY=VALUE",
+        help="a keyword argument of the scenario function, over its sizes (repeatable)",
+    )
+    parser.add_argument("--write", action="store_true", help="write the run to benchmarks/RESULTS.md")
+    parser.add_argument("--output", type=Path, default=None, help="write the run (or --against's table) here")
+    parser.add_argument("--json", type=Path, default=None, help="write every row, as JSON, here")
+    parser.add_argument(
+        "--against", type=Path, default=None, metavar="DIR",
+        help="another checkout of the repository: run both by turns and print old against new",
+    )
+    parser.add_argument("--turns", type=int, default=2, help="turns of each tree with --against (at least 2)")
+    parser.add_argument(
+        "--check", nargs="?", const="all", default=None, metavar="NAME,...",
+        help="run the suite's checks of its own floors and helpers instead of measuring",
     )
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds one scenario may take")
     parser.add_argument("--child", default="", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     baseline = not args.no_torchrl
-    if args.child:
-        return run_child(args.child, args.quick, baseline)
-
-    names = [n.strip() for n in args.only.split(",") if n.strip()] or list(SCENARIOS)
+    if args.check is not None:
+        return _run_checks(parser, args.check)
+    names = [args.child] if args.child else [n.strip() for n in args.only.split(",") if n.strip()] or list(SCENARIOS)
     unknown = [n for n in names if n not in SCENARIOS]
     if unknown:
         parser.error(f"unknown scenario(s) {', '.join(unknown)}; choose among {', '.join(SCENARIOS)}")
-    output = args.output if args.output is not None else (None if args.quick or args.only else RESULTS)
+    try:
+        settings = _settings(args.set, names)
+    except ValueError as exc:
+        parser.error(str(exc))
+    if args.child:
+        return run_child(args.child, args.quick, baseline, settings.get(args.child, {}))
     command = shlex.join(["python", "-m", "benchmarks", *(argv if argv is not None else sys.argv[1:])])
+    if args.against is not None:
+        if args.turns < 2:
+            parser.error("--turns: at least 2, to measure the noise")
+        if not (args.against / "monitor_async").is_dir():
+            parser.error(f"--against {args.against}: not a checkout of monitor-async (no monitor_async/ in it)")
+        text, ok = against(args.against.resolve(), names, args.quick, baseline, args.timeout, args.turns, settings)
+        print(f"\n{command}\n\n{text}", flush=True)
+        if args.output is not None:
+            args.output.write_text(f"# Old against new\n\n- Command: `{command}`\n\n{text}\n", encoding="utf-8")
+            print(f"wrote {args.output}", flush=True)
+        return 0 if ok else 1
+    output = args.output if args.output is not None else (RESULTS if args.write else None)
     started_at = dt.datetime.now(dt.UTC).astimezone()
     started = time.perf_counter()
     info = machine()
@@ -299,10 +505,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     for text in log:
         print(text, flush=True)
     rows: list[Row] = []
+    keys: list[str] = []  # each row's scenario, as --only names it
     failed = False
     for name in names:
         begun = time.perf_counter()
-        got, error = run_scenario(name, args.quick, baseline, args.timeout)
+        got, _, error = run_scenario(name, args.quick, baseline, args.timeout, settings.get(name))
         header = f"[{name}] {got[0].scenario if got else ''} ({time.perf_counter() - begun:.1f} s)"
         lines = [header, *(line(row) for row in got)]
         if error:
@@ -312,11 +519,38 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(text, flush=True)
         log += lines
         rows += got
+        keys += [name] * len(got)
     seconds = time.perf_counter() - started
     met = [row.met for row in rows if row.met is not None]
     log.append(f"{sum(met)} of {len(met)} goals met; {seconds:.0f} s in all")
     print(log[-1], flush=True)
+    if args.json is not None:
+        args.json.write_text(json.dumps([
+            {**row.as_json(), "key": key, "ratio": row.ratio, "over_floor": row.over_floor, "met": row.met}
+            for key, row in zip(keys, rows, strict=True)
+        ], indent=1), encoding="utf-8")
     if output is not None:
-        write_results(output, rows, log, command, started_at, seconds, info, names)
+        full = not (args.quick or args.only or args.set or failed)
+        info = {**info, "commit": _commit(ROOT)}
+        write_results(output, rows, log, command, started_at, seconds, info, names, full)
         print(f"wrote {output}", flush=True)
+    return 1 if failed else 0
+
+
+def _run_checks(parser: argparse.ArgumentParser, which: str) -> int:
+    from .checks import CHECKS
+
+    names = list(CHECKS) if which == "all" else [n.strip() for n in which.split(",") if n.strip()]
+    unknown = [n for n in names if n not in CHECKS]
+    if unknown:
+        parser.error(f"unknown check(s) {', '.join(unknown)}; choose among {', '.join(CHECKS)}")
+    failed = 0
+    for name in names:
+        try:
+            CHECKS[name]()
+        except AssertionError as exc:
+            failed += 1
+            print(f"check {name}: FAILED {exc}".rstrip(), flush=True)
+        else:
+            print(f"check {name}: ok", flush=True)
     return 1 if failed else 0

@@ -1,6 +1,6 @@
-"""What a timer tick costs per poll at 10,000 watches: ``python -m benchmarks.ticks``.
+"""What a timer tick costs per poll at 10,000 watches: ``python -m benchmarks.probes.ticks``.
 
-Not a scenario of the suite: a probe behind scenario 7's figures, steadier
+A probe, not a scenario of the suite (it reaches into private modules): behind scenario 7's figures, steadier
 than a timed run (a few percent from run to run, where scenario 7's CPU share
 moves by a fifth). It makes a monitor of ``--targets`` cheap targets (a no-op
 sink, never started) and calls the timers' tick itself (``Ticks._poll``, the
@@ -29,8 +29,8 @@ from monitor_async import Monitor, Record
 from monitor_async._runtime.timers import Ticks
 from monitor_async._runtime.watch import Watch
 
-from ._common import NoopSink
-from .bench_scale import Tiny, _booked_group, _groups, _poll_group, _record_group, _record_parts, _slot_parts
+from .._common import NoopSink
+from ..bench_scale import Tiny, _booked_group, _groups, _poll_group, _record_group, _record_parts, _slot_parts
 
 GROUPS = 40
 _FLUSH = bytearray(48 << 20)
@@ -69,7 +69,7 @@ async def _measure(targets: int, rounds: int) -> list[tuple[str, list[tuple[str,
         watch.origin = now
         watch.waiter = loop.create_future()
     ours = [watches[g::GROUPS] for g in range(GROUPS)]
-    queue = monitor._channels[0].queue
+    queue = monitor._channels[0].records.items
 
     def tick(g: int) -> None:
         ticks._poll(ours[g])
@@ -104,7 +104,7 @@ async def _measure(targets: int, rounds: int) -> list[tuple[str, list[tuple[str,
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.ticks", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.probes.ticks", description=__doc__.splitlines()[0])
     parser.add_argument("--targets", type=int, default=10_000, help="watches (default 10,000)")
     parser.add_argument("--rounds", type=int, default=5, help="rounds of every group; the best is kept (default 5)")
     args = parser.parse_args(argv)

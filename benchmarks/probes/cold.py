@@ -1,6 +1,6 @@
-"""How long 100 polls take right after the polling thread slept: ``python -m benchmarks.cold``.
+"""How long 100 polls take right after the polling thread slept: ``python -m benchmarks.probes.cold``.
 
-Not a scenario of the suite: a probe behind the README's performance notes.
+A probe, not a scenario of the suite (it reaches into private modules): behind the README's performance notes.
 It polls 100 watches of 12-key targets (the poll path of a tick, sink
 excluded: each round's records are thrown away) 60 times after sleeps of 50,
 5, 0.5 and 0 ms, and prints the median time of one round of 100 polls, for
@@ -16,7 +16,7 @@ import time
 
 from monitor_async import Monitor
 
-from ._common import NoopSink, TwelveKeys
+from .._common import NoopSink, TwelveKeys
 
 
 def main() -> None:
@@ -24,7 +24,7 @@ def main() -> None:
     for i in range(100):
         monitor.watch(TwelveKeys(), name=f"t{i}")
     poller = monitor._poller  # the poll path alone, without a loop or a sink
-    queue = monitor._channels[0].queue
+    queue = monitor._channels[0].records.items
     distinct = list(monitor._watches.values())
     rounds = {"100 watches": distinct, "1 watch x 100": [distinct[0]] * 100}
     for gap in (0.05, 0.005, 0.0005, 0.0):
