@@ -7,6 +7,7 @@ examples and benchmarks the tests start as subprocesses, and the LICENSE must be
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import tarfile
@@ -62,3 +63,16 @@ def test_sdist_imports_the_sinks_as_monitor_async_backends(sdist_files: set[str]
     for module in ("__init__.py", "_csv.py", "_delivery/__init__.py"):
         assert f"monitor_async/backends/{module}" in sdist_files
         assert f"backends/{module}" in sdist_files
+
+
+def test_docs_install_from_the_repository_until_an_index_serves_the_package() -> None:
+    # ``pip install monitor-async`` (or ``"monitor-async[extra]"``) asks an index that has no such package
+    from_index = re.compile(r"""pip install\s+["']?monitor-async(\[[\w,]+\])?["']?(?![\w\[\-"'])(?!\s*@)""")
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    found = [
+        f"{page.relative_to(ROOT)}:{n}: {line.strip()}"
+        for page in pages
+        for n, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1)
+        if from_index.search(line)
+    ]
+    assert not found, "install from a clone or the git URL instead:\n" + "\n".join(found)
