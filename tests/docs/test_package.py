@@ -1,0 +1,78 @@
+"""The source distribution ships whole: what its own test suite, docs and examples need.
+
+A user who downloads the sdist (or a distributor who tests it) runs ``pytest`` in the
+unpacked folder: the tests' helpers and fixtures, the docs the docs tests run, the
+examples and benchmarks the tests start as subprocesses, and the LICENSE must be there.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("build")
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _shipped(directory: str) -> set[str]:
+    """Every file under ``directory`` of the source tree, as a path relative to the root."""
+    return {
+        p.relative_to(ROOT).as_posix()
+        for p in (ROOT / directory).rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts and p.suffix not in {".pyc", ".pyo"}
+    }
+
+
+@pytest.fixture(scope="module")
+def sdist_files(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
+    out = tmp_path_factory.mktemp("dist")
+    done = subprocess.run(
+        [sys.executable, "-m", "build", "--sdist", "--outdir", str(out), str(ROOT)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (archive,) = out.glob("monitor_async-*.tar.gz")
+    with tarfile.open(archive) as tar:
+        names = [m.name for m in tar.getmembers() if m.isfile()]
+    # every member sits under the one top folder, monitor_async-<version>/
+    return {name.split("/", 1)[1] for name in names}
+
+
+def test_sdist_carries_the_tests_helpers_and_fixtures(sdist_files: set[str]) -> None:
+    for helper in ("conftest.py", "tests/conftest.py", "tests/helpers.py", "tests/http_receiver.py",
+                   "tests/rank_worker.py", "tests/terminal.py", "tests/reliability/faults.py"):
+        assert helper in sdist_files
+    assert _shipped("tests") <= sdist_files, sorted(_shipped("tests") - sdist_files)
+
+
+def test_sdist_carries_docs_examples_benchmarks_and_license(sdist_files: set[str]) -> None:
+    for name in ("LICENSE", "README.md", "mkdocs.yml", "pyproject.toml"):
+        assert name in sdist_files
+    for directory in ("docs", "examples", "benchmarks", "backends", "monitor_async/_core"):
+        assert _shipped(directory) <= sdist_files, sorted(_shipped(directory) - sdist_files)
+
+
+def test_sdist_imports_the_sinks_as_monitor_async_backends(sdist_files: set[str]) -> None:
+    # in the unpacked sdist, ``monitor_async.backends`` imports from the folder itself, as in a clone
+    for module in ("__init__.py", "_csv.py", "_delivery/__init__.py"):
+        assert f"monitor_async/backends/{module}" in sdist_files
+        assert f"backends/{module}" in sdist_files
+
+
+def test_docs_install_from_the_repository_until_an_index_serves_the_package() -> None:
+    # ``pip install monitor-async`` (or ``"monitor-async[extra]"``) asks an index that has no such package
+    from_index = re.compile(r"""pip install\s+["']?monitor-async(\[[\w,]+\])?["']?(?![\w\[\-"'])(?!\s*@)""")
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    found = [
+        f"{page.relative_to(ROOT)}:{n}: {line.strip()}"
+        for page in pages
+        for n, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1)
+        if from_index.search(line)
+    ]
+    assert not found, "install from a clone or the git URL instead:\n" + "\n".join(found)
