@@ -12,13 +12,16 @@ retry policy, ``_spool.py`` the files.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from monitor_async._core import BaseSink, ConfigError, Record, ThreadedSink
+from monitor_async._core import BaseSink, ConfigError, Record
+from monitor_async._core.threads import WorkerPool
 
 from .courier import Courier
 from .retry import Backoff, Failure, classify
@@ -160,13 +163,19 @@ class ResilientSink(BaseSink):
         self._spool_bytes = spool_bytes
         self._spool: Spool | None = None
         self._courier: Courier | None = None
-        self._worker = ThreadedSink()  # only its worker thread is used: blocking hooks run there, in order
+        self._worker: WorkerPool | None = None  # one thread: blocking hooks run there, in order
 
     # ---------------------------------------------------------------- hooks
     async def run_blocking(self, fn: Callable[..., T], *args: Any) -> T:
         """Runs ``fn(*args)`` on this sink's worker thread (one call at a time, in order); returns its result."""
-        self._worker.name = self.label
-        return await self._worker.call(fn, *args)
+        if self._worker is None:
+            self._worker = WorkerPool(1, f"monitor-async-{self.label}")
+        return await asyncio.wrap_future(self._worker.submit(functools.partial(fn, *args)))
+
+    def retire_worker(self) -> None:
+        """Lets the worker thread end as soon as it is idle (a later blocking call starts one again)."""
+        if self._worker is not None:
+            self._worker.retire()
 
     async def open_client(self) -> None:
         """Sets the client up when the sink opens (default: ``open_blocking`` on the worker thread)."""
@@ -267,10 +276,19 @@ class ResilientSink(BaseSink):
     async def _close(self) -> None:
         try:
             await self._settled()
-        finally:
+        except BaseException as exc:
+            cancelled = isinstance(exc, asyncio.CancelledError)
             if self._courier is not None:
-                await self._courier.stop()
-        await self.close_client()
+                await self._courier.stop("was stopped while a request was out (close() was cancelled)"
+                                         if cancelled else "closed")
+            self.retire_worker()
+            raise
+        if self._courier is not None:
+            await self._courier.stop()
+        try:
+            await self.close_client()
+        finally:
+            self.retire_worker()
 
     async def close(self) -> None:
         """Delivers what it can now, stops, and says in the log what stays in the spool. Idempotent."""
