@@ -15,7 +15,14 @@ from urllib.parse import urlparse
 
 from monitor_async._core import ConfigError, DeliveryError, Ranks, Record, check_ranks
 
-from ._delivery import DEFAULT_SPOOL_BYTES, Backoff, ResilientSink, classify, parse_retry_after
+from ._delivery import (
+    DEFAULT_SPOOL_BYTES,
+    Backoff,
+    ResilientSink,
+    classify,
+    not_the_answer,
+    parse_retry_after,
+)
 
 try:
     import mlflow
@@ -90,7 +97,12 @@ class _Rest:
                 f"MLflow server at {self._creds.host}: {failure.message}", retryable=failure.retry, sent=failure.sent
             ) from exc
         if response.status_code == 200:
-            data: dict[str, Any] = response.json()
+            try:
+                data = response.json()
+            except ValueError:
+                data = None
+            if not isinstance(data, dict):  # a proxy or a login page answered, not MLflow
+                raise not_the_answer(f"MLflow {endpoint} at {self._creds.host}", 200, response.content)
             return data
         try:
             error = response.json()
