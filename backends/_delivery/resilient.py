@@ -263,6 +263,19 @@ class ResilientSink(BaseSink):
         parts = [part for records in batches for part in self.prepare(records)]
         await self._courier.accept(parts, self.destination(), self.ack_wait)
 
+    async def deliver(self, parts: Sequence[Sequence[Record]], destination: str | None) -> None:
+        """Hands ``parts`` (one request each) to the spool for ``destination``, as ``write`` does with its batches.
+
+        For sinks that send something other than the records' metrics (a
+        [Webhook][monitor_async.backends.Webhook] sends the message in
+        ``destination``; its records stand for the events). Opens the sink
+        first if needed.
+        """
+        if not self._opened:
+            await self.open()
+        assert self._courier is not None
+        await self._courier.accept(parts, destination, self.ack_wait)
+
     async def _settled(self) -> None:
         """Returns once what was handed over so far is delivered (or refused), or a try failed."""
         if self._courier is not None:
