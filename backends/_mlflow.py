@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import logging
 import math
 import os
@@ -13,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, cast
 from urllib.parse import urlparse
 
-from monitor_async._core import ConfigError, DeliveryError, Ranks, Record, check_ranks
+from monitor_async._core import AlertEvent, ConfigError, DeliveryError, Ranks, Record, check_ranks
 
 from ._delivery import (
     DEFAULT_SPOOL_BYTES,
@@ -147,6 +148,9 @@ class _Rest:
     def end_run(self, run_id: str, end: int) -> None:
         self.call("POST", "runs/update", {"run_id": run_id, "status": "FINISHED", "end_time": end})
 
+    def set_tag(self, run_id: str, key: str, value: str) -> None:
+        self.call("POST", "runs/set-tag", {"run_id": run_id, "key": key, "value": value})
+
 
 class _Client:
     """Any other tracking URI (a local ``sqlite:`` or ``file:`` store, Databricks): MLflow's client."""
@@ -182,6 +186,9 @@ class _Client:
     def end_run(self, run_id: str, end: int) -> None:
         self._do("set_terminated", self._client.set_terminated, run_id, "FINISHED", end)
 
+    def set_tag(self, run_id: str, key: str, value: str) -> None:
+        self._do("set_tag", self._client.set_tag, run_id, key, value, synchronous=True)
+
 
 class MLflowSink(ResilientSink):
     """Logs every record's metrics to an MLflow run; tracking-server outages lose nothing.
@@ -208,6 +215,10 @@ class MLflowSink(ResilientSink):
           record; one that refuses a batch (4xx) gets a counted error naming
           the status and MLflow's message. A batch replayed from an earlier
           process's spool goes to the run it was logged for.
+        - ``await sink.alert(event)`` (an [AlertEvent][monitor_async.AlertEvent])
+          sets the run tag ``alert.<rule>`` (made valid by `mlflow_key`)
+          to the event's state, ``firing`` or ``resolved``, through the same
+          spool, in order with the metrics.
         - Constructing the sink does no I/O: the server is first needed at
           the first delivery, so a sink started while the server is down
           spools until it is up.
@@ -370,9 +381,21 @@ class MLflowSink(ResilientSink):
         else:
             self._store = _Client(self.tracking_uri)
 
+    async def alert(self, event: AlertEvent) -> None:
+        """Sets the run tag ``alert.<rule>`` to ``event.state``; spooled and retried like the metrics."""
+        tags = {mlflow_key(f"alert.{event.rule}"): event.state}
+        stand_in = Record(event.watch, None, event.time, {}, event.source)
+        await self.deliver([[stand_in]], json.dumps({"run": self._run_id, "tags": tags}))
+
     def send_blocking(self, records: Sequence[Record], destination: str | None) -> None:
         store = self._store
         assert store is not None
+        if destination is not None and destination.startswith("{"):  # tags (alert); a run id is hex
+            spec = json.loads(destination)
+            run = spec.get("run") or self._ensure_run(store)
+            for key, value in spec["tags"].items():
+                store.set_tag(run, key, str(value))
+            return
         run_id = destination or self._ensure_run(store)
         keys = self._keys
         metrics: list[tuple[str, float, int, int]] = []

@@ -247,3 +247,25 @@ async def test_a_200_whose_body_is_not_mlflows_answer_is_retried_naming_the_body
     finally:
         await sink.close()
         proxy.stop()
+
+
+async def test_an_alert_sets_the_run_tag_alert_rule_to_its_state(server: MlflowServer) -> None:
+    from monitor_async import AlertEvent
+
+    def event(state: str) -> AlertEvent:
+        return AlertEvent("stalled collector/frames", state, "warning", "collector", "collector/frames",  # type: ignore[arg-type]
+                          120.0, 1_700_000_000.0, time.time(), {}, "collector/frames has not increased for 62 s")
+
+    client = MlflowClient(server.url)
+    async with MLflowSink(server.url, experiment="alerts", run_name="stall") as sink:
+        await sink.alert(event("firing"))  # before any record: the run is created for it
+        await sink.flush()
+        assert sink.run_id is not None
+        assert client.get_run(sink.run_id).data.tags["alert.stalled collector/frames"] == "firing"
+        await sink.write([Record("collector", 1, time.time(), {"collector/frames": 120.0})])
+        await sink.alert(event("resolved"))
+        await sink.flush()
+    run = client.get_run(sink.run_id)
+    assert run.data.tags["alert.stalled collector/frames"] == "resolved"
+    assert history(client, sink.run_id, "collector/frames") == [(1, 120.0)]
+    assert sink.counters()["rejected"] == 0
