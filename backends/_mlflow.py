@@ -207,10 +207,10 @@ class MLflowSink(ResilientSink):
           event loop. A metric's step is the record's step, or when it has
           none the record's index within its watch (0, 1, 2, ...); its
           timestamp is the poll time; its key is the record's key made valid
-          for MLflow by :func:`mlflow_key` (unchanged for usual keys).
+          for MLflow by `mlflow_key` (unchanged for usual keys).
         - Against a tracking server (``http(s)://``) each request is tried
           once, with ``timeout`` seconds to answer, and retried from the
-          spool as :class:`~monitor_async.backends.ResilientSink` says: a
+          spool as `ResilientSink` says: a
           server that is down, restarting or overloaded (5xx, 429) loses no
           record; one that refuses a batch (4xx) gets a counted error naming
           the status and MLflow's message. A batch replayed from an earlier

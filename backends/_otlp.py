@@ -63,7 +63,7 @@ logging.getLogger(_EXPORTER_LOGGER).addFilter(_quiet)
 
 
 class _Attempt(Exception):
-    """Raised by the session so that the exporter makes one try only (see :class:`_Session`)."""
+    """Raised by the session so that the exporter makes one try only (see `_Session`)."""
 
 
 class _Session(requests.Session):
@@ -72,7 +72,7 @@ class _Session(requests.Session):
     The exporter retries 429, 502, 503, 504 and lost connections itself,
     sleeping inline for up to its timeout, and only reports success or
     failure. Raising an exception it does not know from the session makes
-    it give up at once; :attr:`outcome` keeps what the sink decides with:
+    it give up at once; `outcome` keeps what the sink decides with:
     the status, the server's message and ``Retry-After``, or the
     connection error.
     """
@@ -157,7 +157,7 @@ class OTLPSink(ResilientSink):
           ``resource_attributes`` and the SDK's own attributes.
         - Each export is one try with ``timeout`` seconds; the retries are
           the sink's, from its spool, as
-          :class:`~monitor_async.backends.ResilientSink` says: 429, 5xx and
+          `ResilientSink` says: 429, 5xx and
           lost connections are retried (``Retry-After`` obeyed), other 4xx
           are counted errors naming the status and the collector's message.
           Data points a collector accepts only in part (OTLP "partial

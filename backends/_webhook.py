@@ -6,6 +6,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import json
+import logging
 import math
 import os
 import threading
@@ -19,6 +20,8 @@ from monitor_async._core import AlertEvent, ConfigError, Ranks, Record, check_ra
 from ._delivery import DEFAULT_SPOOL_BYTES, Backoff, ResilientSink
 
 __all__ = ["FORMATS", "Webhook"]
+
+log = logging.getLogger("monitor_async")
 
 Format = Literal["slack", "discord", "json"]
 FORMATS: tuple[str, ...] = ("slack", "discord", "json")
@@ -206,7 +209,13 @@ class Webhook(ResilientSink):
     async def _post(self, events: list[AlertEvent]) -> None:
         # one record per event: the spool counts events; the message itself travels as the destination
         stand_ins = [Record(e.watch, None, e.time, {}, e.source) for e in events]
-        await self.deliver([stand_ins], json.dumps(self.body(events)))
+        try:
+            await self.deliver([stand_ins], json.dumps(self.body(events)))
+        except Exception as exc:  # noqa: BLE001 - nobody awaits this task: say it here
+            log.warning(
+                "sink %r: %d events of rule %r were not posted: %s (refusals are counted in "
+                "monitor.stats()['sink/%s/rejected'])", self.label, len(events), events[0].rule, exc, self.label,
+            )
 
     async def _drain(self) -> None:
         """Posts every group still in its window now, and waits for them to reach the spool."""

@@ -1,9 +1,9 @@
 """The delivery task of a network sink: its spool, sent oldest first, retried with backoff.
 
-A :class:`Courier` belongs to one :class:`~monitor_async.backends.ResilientSink`
+A `Courier` belongs to one `ResilientSink`
 and runs on the monitor's loop. ``accept`` appends batches to the spool; the
 courier's task sends the oldest batch, deletes it once acknowledged, and on a
-failure worth another try waits (:class:`~monitor_async.backends.Backoff`)
+failure worth another try waits (`Backoff`)
 while newer batches keep joining the spool behind it; a refusal drops the
 batch and moves on. ``settled`` is what ``flush()`` waits on, ``stop`` what
 ``close()`` ends with.
@@ -303,7 +303,7 @@ class Courier:
 
     # ------------------------------------------------------- waiting, ending
     async def _pause(self, seconds: float) -> None:
-        """The backoff wait; :meth:`_hurry` cuts it short."""
+        """The backoff wait; `_hurry` cuts it short."""
         loop = asyncio.get_running_loop()
         self._wakeup = wake = loop.create_future()
         timer = loop.call_later(seconds, self._hurry)

@@ -1,8 +1,8 @@
 """The delivery policy of network sinks: which failures are worth another try, and when to try.
 
-:func:`classify` reads an exception (a connection refused, a timeout, a
-reply with a status); :class:`Backoff` says how long to wait before the next
-try. :class:`~monitor_async.backends.ResilientSink` (``_resilient.py``)
+`classify` reads an exception (a connection refused, a timeout, a
+reply with a status); `Backoff` says how long to wait before the next
+try. `ResilientSink` (``_resilient.py``)
 applies both.
 """
 
@@ -90,7 +90,7 @@ class Backoff:
 
 @dataclass(frozen=True)
 class Failure:
-    """What a failed delivery means, as :func:`classify` reads an exception.
+    """What a failed delivery means, as `classify` reads an exception.
 
     Attributes:
         retry: try again later (no reply, a timeout, 408, 429, 5xx); else the batch is refused.
@@ -177,7 +177,7 @@ def _http_failure(exc: BaseException) -> Failure | None:
 def classify(exc: BaseException) -> Failure:
     """Reads a delivery exception: is it worth trying again, and may the server have the batch already?
 
-    - :class:`~monitor_async.DeliveryError`: as it says (``retryable``, ``sent``, ``status``).
+    - `DeliveryError`: as it says (``retryable``, ``sent``, ``status``).
     - A reply with a status (``urllib.error.HTTPError``, an exception with a
       ``response``): retried on 408, 429 and 5xx, honouring ``Retry-After``.
     - No connection (refused, unreachable, a connect timeout, DNS): retried;

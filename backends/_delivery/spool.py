@@ -79,7 +79,7 @@ class Spool:
     """The batches of one sink, oldest first, each in its own file under ``path``.
 
     Args:
-        path: the folder; ``None`` makes a private temporary one on :meth:`open`.
+        path: the folder; ``None`` makes a private temporary one on `open`.
         limit: the most bytes the files may take; the oldest batches go first.
         label: the sink's label, for messages and the temporary folder's name.
     """

@@ -480,3 +480,15 @@ async def test_damaged_spool_files_are_named_and_never_called_a_full_spool(
     assert not any("full" in line for line in lines), lines
     for damaged in (first, second):
         assert any(str(damaged) in line and "unreadable" in line for line in lines), lines
+
+
+async def test_a_closed_network_sink_leaves_no_worker_thread_behind(server: Receiver) -> None:
+    import threading
+
+    async with PostSink(server.url, name="threads") as sink:
+        await sink.write([record(1)])
+        assert any(t.name.startswith("monitor-async-threads") for t in threading.enumerate())
+    # well before a worker's 10 s idle timeout
+    await wait_until(lambda: not any(t.name.startswith("monitor-async-threads") for t in threading.enumerate()),
+                     timeout=3.0)
+    assert steps(server, "w") == [1]

@@ -156,3 +156,19 @@ def test_bad_options_are_refused_naming_the_option() -> None:
         Webhook("http://127.0.0.1:9", headers={"X": 1})  # type: ignore[dict-item]
 
 
+
+
+async def test_a_webhook_that_refuses_is_logged_with_its_answer_and_counted(
+    hook: Receiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    hook.reply = lambda n, request: (404, {"Content-Type": "text/plain"}, b"no_service")
+    with caplog.at_level(logging.WARNING, logger="monitor_async"):
+        async with Webhook(hook.url, name="slack") as webhook:
+            await webhook.alert(event("a"))
+            await webhook.alert(event("b"))
+            await webhook.flush()
+    assert webhook.counters()["rejected"] == 2
+    refused = [r.getMessage() for r in caplog.records if "404" in r.getMessage()]
+    assert refused and "no_service" in refused[0] and "'slack'" in refused[0]
