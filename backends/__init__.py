@@ -1,6 +1,6 @@
 """Sinks: where records go. Installed and imported as ``monitor_async.backends``.
 
-Sinks backed by optional libraries (wandb, rich, prometheus_client, ray,
+``Webhook`` posts alert events (Slack, Discord, JSON). Sinks backed by optional libraries (wandb, rich, prometheus_client, ray,
 mlflow, opentelemetry) are imported on first use, so importing this package
 never imports them. Network sinks build on :class:`ResilientSink` (retries
 with :class:`Backoff`, a disk spool, replay), which sink authors can use too.
@@ -18,6 +18,7 @@ from ._delivery import Backoff, Failure, ResilientSink, classify
 from ._jsonl import JSONLSink
 from ._memory import MemorySink
 from ._tensorboard import TensorBoardSink
+from ._webhook import Webhook
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time these load on first use
     from ._console import ConsoleSink
@@ -55,6 +56,7 @@ __all__ = [
     "TensorBoardSink",
     "ThreadedSink",
     "WandbSink",
+    "Webhook",
     "classify",
 ]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import logging
 import math
 import os
@@ -13,9 +14,16 @@ from collections.abc import Mapping, Sequence
 from typing import Any, cast
 from urllib.parse import urlparse
 
-from monitor_async._core import ConfigError, DeliveryError, Ranks, Record, check_ranks
+from monitor_async._core import AlertEvent, ConfigError, DeliveryError, Ranks, Record, check_ranks
 
-from ._delivery import DEFAULT_SPOOL_BYTES, Backoff, ResilientSink, classify, parse_retry_after
+from ._delivery import (
+    DEFAULT_SPOOL_BYTES,
+    Backoff,
+    ResilientSink,
+    classify,
+    not_the_answer,
+    parse_retry_after,
+)
 
 try:
     import mlflow
@@ -90,7 +98,12 @@ class _Rest:
                 f"MLflow server at {self._creds.host}: {failure.message}", retryable=failure.retry, sent=failure.sent
             ) from exc
         if response.status_code == 200:
-            data: dict[str, Any] = response.json()
+            try:
+                data = response.json()
+            except ValueError:
+                data = None
+            if not isinstance(data, dict):  # a proxy or a login page answered, not MLflow
+                raise not_the_answer(f"MLflow {endpoint} at {self._creds.host}", 200, response.content)
             return data
         try:
             error = response.json()
@@ -135,6 +148,9 @@ class _Rest:
     def end_run(self, run_id: str, end: int) -> None:
         self.call("POST", "runs/update", {"run_id": run_id, "status": "FINISHED", "end_time": end})
 
+    def set_tag(self, run_id: str, key: str, value: str) -> None:
+        self.call("POST", "runs/set-tag", {"run_id": run_id, "key": key, "value": value})
+
 
 class _Client:
     """Any other tracking URI (a local ``sqlite:`` or ``file:`` store, Databricks): MLflow's client."""
@@ -170,6 +186,9 @@ class _Client:
     def end_run(self, run_id: str, end: int) -> None:
         self._do("set_terminated", self._client.set_terminated, run_id, "FINISHED", end)
 
+    def set_tag(self, run_id: str, key: str, value: str) -> None:
+        self._do("set_tag", self._client.set_tag, run_id, key, value, synchronous=True)
+
 
 class MLflowSink(ResilientSink):
     """Logs every record's metrics to an MLflow run; tracking-server outages lose nothing.
@@ -188,14 +207,18 @@ class MLflowSink(ResilientSink):
           event loop. A metric's step is the record's step, or when it has
           none the record's index within its watch (0, 1, 2, ...); its
           timestamp is the poll time; its key is the record's key made valid
-          for MLflow by :func:`mlflow_key` (unchanged for usual keys).
+          for MLflow by `mlflow_key` (unchanged for usual keys).
         - Against a tracking server (``http(s)://``) each request is tried
           once, with ``timeout`` seconds to answer, and retried from the
-          spool as :class:`~monitor_async.backends.ResilientSink` says: a
+          spool as `ResilientSink` says: a
           server that is down, restarting or overloaded (5xx, 429) loses no
           record; one that refuses a batch (4xx) gets a counted error naming
           the status and MLflow's message. A batch replayed from an earlier
           process's spool goes to the run it was logged for.
+        - ``await sink.alert(event)`` (an [AlertEvent][monitor_async.AlertEvent])
+          sets the run tag ``alert.<rule>`` (made valid by `mlflow_key`)
+          to the event's state, ``firing`` or ``resolved``, through the same
+          spool, in order with the metrics.
         - Constructing the sink does no I/O: the server is first needed at
           the first delivery, so a sink started while the server is down
           spools until it is up.
@@ -358,9 +381,21 @@ class MLflowSink(ResilientSink):
         else:
             self._store = _Client(self.tracking_uri)
 
+    async def alert(self, event: AlertEvent) -> None:
+        """Sets the run tag ``alert.<rule>`` to ``event.state``; spooled and retried like the metrics."""
+        tags = {mlflow_key(f"alert.{event.rule}"): event.state}
+        stand_in = Record(event.watch, None, event.time, {}, event.source)
+        await self.deliver([[stand_in]], json.dumps({"run": self._run_id, "tags": tags}))
+
     def send_blocking(self, records: Sequence[Record], destination: str | None) -> None:
         store = self._store
         assert store is not None
+        if destination is not None and destination.startswith("{"):  # tags (alert); a run id is hex
+            spec = json.loads(destination)
+            run = spec.get("run") or self._ensure_run(store)
+            for key, value in spec["tags"].items():
+                store.set_tag(run, key, str(value))
+            return
         run_id = destination or self._ensure_run(store)
         keys = self._keys
         metrics: list[tuple[str, float, int, int]] = []

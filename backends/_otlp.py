@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -12,7 +13,14 @@ from typing import Any
 from monitor_async._core import ConfigError, DeliveryError, Ranks, Record, check_ranks
 from monitor_async._version import __version__
 
-from ._delivery import DEFAULT_SPOOL_BYTES, Backoff, ResilientSink, classify, parse_retry_after
+from ._delivery import (
+    DEFAULT_SPOOL_BYTES,
+    Backoff,
+    ResilientSink,
+    classify,
+    not_the_answer,
+    parse_retry_after,
+)
 
 try:
     import requests
@@ -55,7 +63,7 @@ logging.getLogger(_EXPORTER_LOGGER).addFilter(_quiet)
 
 
 class _Attempt(Exception):
-    """Raised by the session so that the exporter makes one try only (see :class:`_Session`)."""
+    """Raised by the session so that the exporter makes one try only (see `_Session`)."""
 
 
 class _Session(requests.Session):
@@ -64,7 +72,7 @@ class _Session(requests.Session):
     The exporter retries 429, 502, 503, 504 and lost connections itself,
     sleeping inline for up to its timeout, and only reports success or
     failure. Raising an exception it does not know from the session makes
-    it give up at once; :attr:`outcome` keeps what the sink decides with:
+    it give up at once; `outcome` keeps what the sink decides with:
     the status, the server's message and ``Retry-After``, or the
     connection error.
     """
@@ -94,13 +102,27 @@ class _Session(requests.Session):
             )
             raise _Attempt(str(self.outcome))
         if response.content:
+            kind = response.headers.get("Content-Type", "")
             try:
+                if "html" in kind:
+                    raise ValueError(kind)
                 partial = ExportMetricsServiceResponse.FromString(response.content).partial_success
-            except Exception:  # noqa: BLE001 - a body that is not the protobuf reply: nothing to read
-                return response
+            except Exception:  # noqa: BLE001 - not the protobuf reply: a JSON one is fine, anything else is not
+                if "json" in kind and _is_json(response.content):
+                    return response
+                self.outcome = not_the_answer(f"OTLP export to {url!s}", status, response.content)
+                raise _Attempt(str(self.outcome)) from None
             if partial.rejected_data_points:
                 self.rejected = (int(partial.rejected_data_points), partial.error_message)
         return response
+
+
+def _is_json(body: bytes) -> bool:
+    try:
+        json.loads(body)
+    except ValueError:
+        return False
+    return True
 
 
 def _detail(response: requests.Response) -> str:
@@ -135,7 +157,7 @@ class OTLPSink(ResilientSink):
           ``resource_attributes`` and the SDK's own attributes.
         - Each export is one try with ``timeout`` seconds; the retries are
           the sink's, from its spool, as
-          :class:`~monitor_async.backends.ResilientSink` says: 429, 5xx and
+          `ResilientSink` says: 429, 5xx and
           lost connections are retried (``Retry-After`` obeyed), other 4xx
           are counted errors naming the status and the collector's message.
           Data points a collector accepts only in part (OTLP "partial

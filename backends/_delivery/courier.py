@@ -1,9 +1,9 @@
 """The delivery task of a network sink: its spool, sent oldest first, retried with backoff.
 
-A :class:`Courier` belongs to one :class:`~monitor_async.backends.ResilientSink`
+A `Courier` belongs to one `ResilientSink`
 and runs on the monitor's loop. ``accept`` appends batches to the spool; the
 courier's task sends the oldest batch, deletes it once acknowledged, and on a
-failure worth another try waits (:class:`~monitor_async.backends.Backoff`)
+failure worth another try waits (`Backoff`)
 while newer batches keep joining the spool behind it; a refusal drops the
 batch and moves on. ``settled`` is what ``flush()`` waits on, ``stop`` what
 ``close()`` ends with.
@@ -97,7 +97,8 @@ class Courier:
         self._failures = 0
         self._refusing = False
         self._full = False
-        self.retries = self.spooled = self.replayed = self.spool_dropped = 0
+        self._unwritable = False
+        self.retries = self.spooled = self.replayed = self.spool_dropped = self.unspooled = 0
         self.rejected = self.duplicates = self.delivered = 0
 
     def counters(self) -> dict[str, float]:
@@ -113,6 +114,7 @@ class Courier:
             "duplicates": float(self.duplicates),
             "delivered": float(self.delivered),
             "pending": float(spool.records),
+            "unspooled": float(self.unspooled),
         }
 
     async def accept(self, parts: Sequence[Sequence[Record]], destination: str | None, ack_wait: float | None) -> None:
@@ -130,6 +132,7 @@ class Courier:
                     self._dropped(dropped, 0 if batch is not None else len(part))
                 if batch is None:
                     continue
+                self._stored(batch)
                 if away:
                     batch.waited = True
                     self.spooled += batch.count
@@ -157,10 +160,8 @@ class Courier:
                 batch = spool.batches[0]
                 try:
                     destination, records = spool.load(batch)
-                except (OSError, ValueError, TypeError, KeyError) as exc:
-                    log.warning("sink %r: a spooled batch is unreadable (%s); dropped", self.label, exc)
-                    self._dropped([batch], 0)
-                    spool.remove(batch)
+                except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+                    self._damaged(batch, exc)
                     continue
                 spool.busy = batch
                 with contextlib.suppress(OSError):  # the mark only matters if the process dies now
@@ -256,6 +257,35 @@ class Courier:
                 self.label, batch.count, failure.message, self.label,
             )
 
+    def _stored(self, batch: Batch) -> None:
+        """Says once per streak that the folder cannot be written, and when it can again."""
+        spool = self.spool
+        if not batch.stored:
+            self.unspooled += batch.count
+            if not self._unwritable:
+                self._unwritable = True
+                log.warning(
+                    "sink %r: cannot write the spool at %s (%s); batches are held in memory and sent "
+                    "directly while the server answers; those it cannot take before the sink closes are "
+                    "lost, counted in monitor.stats()['sink/%s/spool_dropped']",
+                    self.label, spool.path, spool.write_error, self.label,
+                )
+        elif self._unwritable:
+            self._unwritable = False
+            log.info("sink %r: the spool at %s can be written again", self.label, spool.path)
+
+    def _damaged(self, batch: Batch, exc: BaseException) -> None:
+        """A spool file that cannot be read back (cut, edited, not a batch): dropped, named, counted."""
+        self.spool_dropped += batch.count
+        if batch.ack is not None:
+            batch.ack.done(batch)
+        log.warning(
+            "sink %r: the spool file %s is unreadable (%s: %s); its %d records are dropped, counted in "
+            "monitor.stats()['sink/%s/spool_dropped']",
+            self.label, self.spool.file(batch), type(exc).__name__, exc, batch.count, self.label,
+        )
+        self.spool.remove(batch)
+
     def _dropped(self, batches: Sequence[Batch], unwritten: int) -> None:
         """Batches dropped from a full spool (and ``unwritten`` records that never fit in it)."""
         self.spool_dropped += sum(batch.count for batch in batches) + unwritten
@@ -273,7 +303,7 @@ class Courier:
 
     # ------------------------------------------------------- waiting, ending
     async def _pause(self, seconds: float) -> None:
-        """The backoff wait; :meth:`_hurry` cuts it short."""
+        """The backoff wait; `_hurry` cuts it short."""
         loop = asyncio.get_running_loop()
         self._wakeup = wake = loop.create_future()
         timer = loop.call_later(seconds, self._hurry)
@@ -312,32 +342,46 @@ class Courier:
             self._watchers.append(fut)
             await fut
 
-    async def stop(self) -> None:
-        """Stops the delivery task; says in the log what stays in the spool, and where."""
+    async def stop(self, what: str = "closed") -> None:
+        """Stops the delivery task; says in the log what stays in the spool, and where.
+
+        The line is logged before the first await, so a close that is
+        cancelled (a server that never answers, ``stop_timeout``) still says it.
+        """
         self._stopped = True
         task, self._sender = self._sender, None
         if task is not None and not task.done():
             task.cancel()
-            await asyncio.wait([task])
         spool = self.spool
-        if spool is None:
-            return
         for batch in spool.batches:
             if batch.ack is not None:
                 batch.ack.release()
-        self._closing_line("closed")
-        spool.close()
+        self._closing_line(what)
+        _, lost = spool.in_memory
+        self.spool_dropped += lost
+        try:
+            if task is not None and not task.done():
+                await asyncio.wait([task])
+        finally:
+            spool.close()
 
     def _closing_line(self, what: str) -> None:
         spool = self.spool
-        if spool is None or not spool.records:
-            return
-        later = (
-            "a temporary folder: give the sink a spool_dir to have a later run send them"
-            if spool.temporary
-            else f"a sink opened with spool_dir={str(spool.path)!r} sends them first"
-        )
-        log.warning(
-            "sink %r %s with %d records (%d bytes) not delivered; they stay in the spool at %s (%s)",
-            self.label, what, spool.records, spool.bytes, spool.path, later,
-        )
+        _, lost = spool.in_memory
+        kept = spool.records - lost
+        if kept:
+            later = (
+                "a temporary folder: give the sink a spool_dir to have a later run send them"
+                if spool.temporary
+                else f"a sink opened with spool_dir={str(spool.path)!r} sends them first"
+            )
+            log.warning(
+                "sink %r %s with %d records (%d bytes) not delivered; they stay in the spool at %s (%s)",
+                self.label, what, kept, sum(b.size for b in spool.batches if b.stored), spool.path, later,
+            )
+        if lost:
+            log.warning(
+                "sink %r %s with %d records not delivered that the spool at %s could not be written with "
+                "(%s); they are lost, counted in monitor.stats()['sink/%s/spool_dropped']",
+                self.label, what, lost, spool.path, spool.write_error or "no longer writable", self.label,
+            )

@@ -3,22 +3,24 @@
 How a batch travels: ``write`` appends it to the sink's spool (one file),
 the sink's delivery task sends the spool oldest first, and a batch's file is
 deleted once the server acknowledged it. A failure worth another try stops
-the task for a :class:`~monitor_async.backends.Backoff` wait, while new
-batches keep joining the spool behind the one that failed; a refusal drops
-the batch and moves on. This module is the sink's face (its hooks, its
-lifecycle); ``_courier.py`` is the delivery task, ``_delivery.py`` the
-retry policy, ``_spool.py`` the files.
+the task for a `Backoff` wait, while new batches keep joining the spool
+behind the one that failed; a refusal drops the batch and moves on. This
+module is the sink's face (its hooks, its lifecycle); ``courier.py`` is the
+delivery task, ``retry.py`` the retry policy, ``spool.py`` the files.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from monitor_async._core import BaseSink, ConfigError, Record, ThreadedSink
+from monitor_async._core import BaseSink, ConfigError, Record
+from monitor_async._core.threads import WorkerPool
 
 from .courier import Courier
 from .retry import Backoff, Failure, classify
@@ -34,7 +36,7 @@ DEFAULT_SPOOL_BYTES = 64 << 20
 T = TypeVar("T")
 
 _FIGURES = ("retries", "spooled", "replayed", "spool_bytes", "spool_dropped", "rejected", "duplicates",
-            "delivered", "pending")
+            "delivered", "pending", "unspooled")
 
 
 class ResilientSink(BaseSink):
@@ -47,7 +49,7 @@ class ResilientSink(BaseSink):
           once the server acknowledged it: delivery is at-least-once.
         - A failure worth another try (no connection, a timeout, 408, 429,
           5xx) keeps the batch, and all after it, in the spool; the next try
-          comes after a :class:`Backoff` wait (``Retry-After`` obeyed). The
+          comes after a `Backoff` wait (``Retry-After`` obeyed). The
           monitor's queue keeps draining into the spool meanwhile, so an
           outage never fills it and polling goes on.
         - Any other failure (a 4xx: the server refuses the batch) is not
@@ -60,11 +62,15 @@ class ResilientSink(BaseSink):
           ``spool_dir`` (a crash, ``kill -9``, a preemption) go out first
           once the sink opens.
         - The spool holds at most ``spool_bytes``; past that the oldest
-          batches are dropped and counted (``spool_dropped``).
+          batches are dropped and counted (``spool_dropped``). A folder that
+          cannot be written (full, read-only) is named once in the log; its
+          batches are held in memory (``unspooled``) and sent directly; what
+          is left of them at close is counted in ``spool_dropped``. A damaged
+          spool file is named, and its records counted in ``spool_dropped``.
         - A batch goes out twice only when no reply came for it (a timeout,
           a dropped connection, a process killed mid-request): the server
           may then hold it twice. Such records are counted (``duplicates``).
-        - ``write`` waits for its batches (at most :attr:`ack_wait` seconds)
+        - ``write`` waits for its batches (at most `ack_wait` seconds)
           only when nothing else waits in the spool; it never waits for a
           server that is away.
         - ``flush()`` and ``close()`` try at once instead of waiting out the
@@ -72,24 +78,25 @@ class ResilientSink(BaseSink):
           as soon as a try fails (the server is away; the rest stays in the
           spool, on disk). ``close()`` then logs how many records remain and
           where. Under a monitor, ``stop()`` bounds both by ``stop_timeout``.
-        - :meth:`counters` (``Monitor.stats()`` reports them as
+        - `counters` (``Monitor.stats()`` reports them as
           ``sink/<label>/<key>``), in records unless said: ``retries`` (tries
           that failed and will be made again), ``spooled`` (records that
           could not go out at once), ``replayed`` (of those, delivered
           later, by this process or from an earlier one's spool),
           ``spool_bytes`` (bytes now in the spool), ``spool_dropped``,
           ``rejected``, ``duplicates``, ``delivered``, ``pending`` (not yet
-          acknowledged).
+          acknowledged), ``unspooled`` (held in memory: the folder could not
+          be written).
 
     For sink authors: implement ``send_blocking(records, destination)``,
     which runs on the sink's worker thread (a daemon thread of its own, one
-    call at a time, as in :class:`~monitor_async.ThreadedSink`) and raises on
-    failure (a :class:`~monitor_async.DeliveryError`, or the client's own
-    errors: see :func:`~monitor_async.backends.classify`), or override the
-    coroutine :meth:`send` for an async client. Optional hooks:
+    call at a time, as in `ThreadedSink`) and raises on
+    failure (a `DeliveryError`, or the client's own
+    errors: see `classify`), or override the
+    coroutine `send` for an async client. Optional hooks:
     ``open_blocking`` / ``close_blocking`` (worker thread: build the client
-    without needing the server; release it), :meth:`destination`,
-    :meth:`prepare` and :meth:`classify`.
+    without needing the server; release it), `destination`,
+    `prepare` and `classify`.
 
     Args:
         spool_dir: the folder of the spool. A sink opened on a folder that a
@@ -101,7 +108,7 @@ class ResilientSink(BaseSink):
             ``spool_dropped``. Must be a positive integer.
         backoff: the waits between tries of a delivery that failed but is
             worth another try (default ``Backoff()``); must be a
-            :class:`Backoff`.
+            `Backoff`.
         name: the sink's label in ``Monitor.stats()``
             (``sink/<label>/retries``...) and in messages. ``None``
             (default) or ``""``: the lowercase class name; a monitor makes a
@@ -160,13 +167,19 @@ class ResilientSink(BaseSink):
         self._spool_bytes = spool_bytes
         self._spool: Spool | None = None
         self._courier: Courier | None = None
-        self._worker = ThreadedSink()  # only its worker thread is used: blocking hooks run there, in order
+        self._worker: WorkerPool | None = None  # one thread: blocking hooks run there, in order
 
     # ---------------------------------------------------------------- hooks
     async def run_blocking(self, fn: Callable[..., T], *args: Any) -> T:
         """Runs ``fn(*args)`` on this sink's worker thread (one call at a time, in order); returns its result."""
-        self._worker.name = self.label
-        return await self._worker.call(fn, *args)
+        if self._worker is None:
+            self._worker = WorkerPool(1, f"monitor-async-{self.label}")
+        return await asyncio.wrap_future(self._worker.submit(functools.partial(fn, *args)))
+
+    def retire_worker(self) -> None:
+        """Lets the worker thread end as soon as it is idle (a later blocking call starts one again)."""
+        if self._worker is not None:
+            self._worker.retire()
 
     async def open_client(self) -> None:
         """Sets the client up when the sink opens (default: ``open_blocking`` on the worker thread)."""
@@ -185,7 +198,7 @@ class ResilientSink(BaseSink):
         return None
 
     def send_blocking(self, records: Sequence[Record], destination: str | None) -> None:
-        """Sends one batch from the worker thread; raises on failure. Subclasses implement it (or :meth:`send`)."""
+        """Sends one batch from the worker thread; raises on failure. Subclasses implement it (or `send`)."""
         raise NotImplementedError(f"{type(self).__name__} must implement send_blocking() or send()")
 
     def flush_blocking(self) -> None:
@@ -197,7 +210,7 @@ class ResilientSink(BaseSink):
         return None
 
     def destination(self) -> str | None:
-        """A string kept with each batch written now and handed back to :meth:`send` (default ``None``).
+        """A string kept with each batch written now and handed back to `send` (default ``None``).
 
         A batch replayed by a later process goes where it was meant to go
         (MLflowSink: the run it was logged for), not where that process logs.
@@ -212,7 +225,7 @@ class ResilientSink(BaseSink):
         return [list(records)]
 
     def classify(self, exc: BaseException) -> Failure:
-        """Whether a failure of :meth:`send` is worth another try (default: :func:`classify`)."""
+        """Whether a failure of `send` is worth another try (default: `classify`)."""
         return classify(exc)
 
     # -------------------------------------------------------------- figures
@@ -254,6 +267,19 @@ class ResilientSink(BaseSink):
         parts = [part for records in batches for part in self.prepare(records)]
         await self._courier.accept(parts, self.destination(), self.ack_wait)
 
+    async def deliver(self, parts: Sequence[Sequence[Record]], destination: str | None) -> None:
+        """Hands ``parts`` (one request each) to the spool for ``destination``, as ``write`` does with its batches.
+
+        For sinks that send something other than the records' metrics (a
+        [Webhook][monitor_async.backends.Webhook] sends the message in
+        ``destination``; its records stand for the events). Opens the sink
+        first if needed.
+        """
+        if not self._opened:
+            await self.open()
+        assert self._courier is not None
+        await self._courier.accept(parts, destination, self.ack_wait)
+
     async def _settled(self) -> None:
         """Returns once what was handed over so far is delivered (or refused), or a try failed."""
         if self._courier is not None:
@@ -267,10 +293,19 @@ class ResilientSink(BaseSink):
     async def _close(self) -> None:
         try:
             await self._settled()
-        finally:
+        except BaseException as exc:
+            cancelled = isinstance(exc, asyncio.CancelledError)
             if self._courier is not None:
-                await self._courier.stop()
-        await self.close_client()
+                await self._courier.stop("was stopped while a request was out (close() was cancelled)"
+                                         if cancelled else "closed")
+            self.retire_worker()
+            raise
+        if self._courier is not None:
+            await self._courier.stop()
+        try:
+            await self.close_client()
+        finally:
+            self.retire_worker()
 
     async def close(self) -> None:
         """Delivers what it can now, stops, and says in the log what stays in the spool. Idempotent."""

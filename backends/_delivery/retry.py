@@ -1,8 +1,8 @@
 """The delivery policy of network sinks: which failures are worth another try, and when to try.
 
-:func:`classify` reads an exception (a connection refused, a timeout, a
-reply with a status); :class:`Backoff` says how long to wait before the next
-try. :class:`~monitor_async.backends.ResilientSink` (``_resilient.py``)
+`classify` reads an exception (a connection refused, a timeout, a
+reply with a status); `Backoff` says how long to wait before the next
+try. `ResilientSink` (``_resilient.py``)
 applies both.
 """
 
@@ -22,7 +22,7 @@ from typing import Any
 
 from monitor_async._core import ConfigError, DeliveryError
 
-__all__ = ["Backoff", "Failure", "classify", "parse_retry_after"]
+__all__ = ["Backoff", "Failure", "classify", "not_the_answer", "parse_retry_after"]
 
 _NOT_SENT = frozenset({"NewConnectionError", "ConnectTimeout", "ConnectTimeoutError", "NameResolutionError"})
 _MAYBE_SENT = frozenset({
@@ -90,7 +90,7 @@ class Backoff:
 
 @dataclass(frozen=True)
 class Failure:
-    """What a failed delivery means, as :func:`classify` reads an exception.
+    """What a failed delivery means, as `classify` reads an exception.
 
     Attributes:
         retry: try again later (no reply, a timeout, 408, 429, 5xx); else the batch is refused.
@@ -177,7 +177,7 @@ def _http_failure(exc: BaseException) -> Failure | None:
 def classify(exc: BaseException) -> Failure:
     """Reads a delivery exception: is it worth trying again, and may the server have the batch already?
 
-    - :class:`~monitor_async.DeliveryError`: as it says (``retryable``, ``sent``, ``status``).
+    - `DeliveryError`: as it says (``retryable``, ``sent``, ``status``).
     - A reply with a status (``urllib.error.HTTPError``, an exception with a
       ``response``): retried on 408, 429 and 5xx, honouring ``Retry-After``.
     - No connection (refused, unreachable, a connect timeout, DNS): retried;
@@ -211,6 +211,25 @@ def classify(exc: BaseException) -> Failure:
         if isinstance(inner, (TimeoutError, ConnectionError)) or _names(inner) & _MAYBE_SENT:
             return Failure(True, True, None, None, f"no reply: {_reason(causes)}")
     return Failure(False, False, None, None, _one_line(f"{type(exc).__name__}: {text_of(exc)}"))
+
+
+def not_the_answer(what: str, status: int, body: bytes) -> DeliveryError:
+    """The error for a reply whose body is not the server's answer (a proxy's HTML page): worth another try.
+
+    Args:
+        what: the request, naming the server (``"MLflow runs/log-batch at http://..."``).
+        status: the reply's status (often 200: the proxy answered, not the server).
+        body: the reply's body; its first bytes are quoted.
+
+    Examples:
+        >>> str(not_the_answer("MLflow runs/log-batch", 200, b"<html><body>Sign in</body></html>"))
+        "MLflow runs/log-batch: HTTP 200 whose body is not the server's answer (a proxy's page?): '<html><body>Sign in</body></html>'"
+    """
+    text = _one_line(body[:200].decode("utf-8", "replace"), 120) if body else ""
+    return DeliveryError(
+        f"{what}: HTTP {status} whose body is not the server's answer (a proxy's page?): {text!r}",
+        status=status, retryable=True,
+    )
 
 
 def text_of(exc: BaseException) -> str:

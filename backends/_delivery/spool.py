@@ -17,7 +17,9 @@ again may make duplicates, which the sink counts.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -36,6 +38,8 @@ except ImportError:  # pragma: no cover - Windows: no advisory lock, one sink pe
     fcntl = None  # type: ignore[assignment]
 
 __all__ = ["Batch", "Spool"]
+
+log = logging.getLogger("monitor_async")
 
 _FILE = re.compile(r"^(\d{12})-(\d+)\.batch$")
 _FIELDS = tuple(f.name for f in fields(Record))
@@ -58,6 +62,8 @@ class Batch:
     """An earlier try may have reached the server: delivering it may make duplicates."""
     ack: Any = None
     """What the writer that handed it over waits on, if anyone does (see ResilientSink)."""
+    stored: bool = True
+    """Its file exists; ``False``: the spool could not be written, the batch is held in memory only."""
 
 
 def _encode(destination: str | None, records: Sequence[Record]) -> bytes:
@@ -73,7 +79,7 @@ class Spool:
     """The batches of one sink, oldest first, each in its own file under ``path``.
 
     Args:
-        path: the folder; ``None`` makes a private temporary one on :meth:`open`.
+        path: the folder; ``None`` makes a private temporary one on `open`.
         limit: the most bytes the files may take; the oldest batches go first.
         label: the sink's label, for messages and the temporary folder's name.
     """
@@ -93,6 +99,9 @@ class Spool:
         self._cached = 0
         self._lock: int | None = None
         self._unsure: set[int] = set()
+        self.write_error: OSError | None = None
+        """Why the last batch could not be written to the folder (``None`` once one could)."""
+        self._undeletable = False
 
     @property
     def temporary(self) -> bool:
@@ -144,7 +153,12 @@ class Spool:
     def _take_lock(self) -> None:
         if fcntl is None:
             return
-        fd = os.open(self.path / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        # read-only: the lock needs no write access, and an open writer would keep the folder's file system
+        # from being remounted read-only
+        try:
+            fd = os.open(self.path / ".lock", os.O_RDONLY | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise ConfigError(f"sink {self.label!r}: cannot use spool_dir {str(self.path)!r}: {exc}") from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -158,7 +172,8 @@ class Spool:
     def close(self) -> None:
         """Releases the lock; a temporary folder left empty is removed."""
         if not self.batches:
-            (self.path / "sending").unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # a folder turned read-only: the mark stays, harmless
+                (self.path / "sending").unlink(missing_ok=True)
         if self._lock is not None:
             os.close(self._lock)
             self._lock = None
@@ -188,12 +203,21 @@ class Spool:
         self._next += 1
         final = self.path / f"{seq:012d}-{len(records)}.batch"
         temp = final.with_suffix(".tmp")
-        temp.write_bytes(data)
-        os.replace(temp, final)
         batch = Batch(seq, len(records), size, destination=destination)
-        if self._cached + size <= _CACHE_BYTES:
+        try:
+            temp.write_bytes(data)
+            os.replace(temp, final)
+        except OSError as exc:  # a full or read-only file system: the batch is held in memory instead
+            with contextlib.suppress(OSError):
+                temp.unlink(missing_ok=True)
+            self.write_error = exc
+            batch.stored = False
             batch.records = list(records)
-            self._cached += size
+        else:
+            self.write_error = None
+            if self._cached + size <= _CACHE_BYTES:
+                batch.records = list(records)
+                self._cached += size
         self.batches.append(batch)
         self.bytes += size
         self.records += batch.count
@@ -221,10 +245,27 @@ class Spool:
         self.records -= batch.count
         if batch.records is not None:
             batch.records = None
-            self._cached -= batch.size
-        self._file(batch).unlink(missing_ok=True)
-        if batch.seq in self._unsure:
-            self.mark_unsure(self._unsure - {batch.seq})
+            if batch.stored:
+                self._cached -= batch.size
+        if not batch.stored:
+            return
+        try:
+            self._file(batch).unlink(missing_ok=True)
+            if batch.seq in self._unsure:
+                self.mark_unsure(self._unsure - {batch.seq})
+        except OSError as exc:
+            if not self._undeletable:
+                self._undeletable = True
+                log.warning(
+                    "sink %r: cannot delete %s from the spool (%s); a later sink on this spool_dir "
+                    "sends it again, a duplicate", self.label, self._file(batch), exc,
+                )
+
+    @property
+    def in_memory(self) -> tuple[int, int]:
+        """``(batches, records)`` held in memory only, because the folder could not be written."""
+        held = [b for b in self.batches if not b.stored]
+        return len(held), sum(b.count for b in held)
 
     def mark_unsure(self, seqs: Iterable[int]) -> None:
         """Records which batches may already have reached the server (kept across a crash)."""
@@ -268,6 +309,10 @@ class Spool:
         except OSError:
             return set()
         return {int(line) for line in text.split() if line.isdigit()}
+
+    def file(self, batch: Batch) -> Path:
+        """The path of ``batch``'s file."""
+        return self._file(batch)
 
     def _file(self, batch: Batch) -> Path:
         return self.path / f"{batch.seq:012d}-{batch.count}.batch"

@@ -326,3 +326,169 @@ async def test_ray_sink_calls_wait_in_the_spool_while_the_actor_restarts(ray_loc
     assert kept in ([1, 2, 3, 4, 5], [2, 3, 4, 5])
     assert sink.counters()["retries"] >= 1
     await sink.close()
+
+
+# ----------------------------------------------------------- spools that say what happened
+class Silent:
+    """A tracker that accepts TCP connections, reads, and never answers."""
+
+    def __init__(self) -> None:
+        import socket
+        import threading
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.held: list[Any] = []
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.held.append(conn)
+
+    def close(self) -> None:
+        self.sock.close()
+        for conn in self.held:
+            conn.close()
+
+
+def test_a_close_cancelled_by_a_tracker_that_never_answers_still_says_what_stays_in_the_spool_and_where(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    silent = Silent()
+    folder = tmp_path / "spool"
+    sink = PostSink(silent.url, spool_dir=folder, timeout=60.0, name="silent")
+
+    async def main() -> float:
+        monitor = Monitor(sink, poll_interval=0.02, stop_timeout=0.5, close_sinks=True)
+        monitor.watch(Ticker(), name="w", step="n")
+        await monitor.start()
+        await wait_until(lambda: sink.counters()["pending"] >= 10 and silent.held)
+        began = time.monotonic()
+        await monitor.stop()
+        return time.monotonic() - began
+
+    try:
+        with caplog.at_level(logging.INFO, logger="monitor_async"):
+            took = asyncio.run(main())
+    finally:
+        silent.close()
+    assert took < 0.5 * 3 + 2.0, "stop() is bounded by stop_timeout"
+    left = sum(int(p.stem.split("-")[1]) for p in spool_files(folder))
+    assert left >= 10
+    closing = [r.getMessage() for r in caplog.records if "not delivered" in r.getMessage()]
+    assert closing, "the closing line is logged although close() was cancelled"
+    assert f"{left} records" in closing[-1] and str(folder) in closing[-1]
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    """A 64 KiB tmpfs (needs mount rights; skipped without them), unmounted afterwards."""
+    folder = tmp_path / "small"
+    folder.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(folder)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def fill(folder: Path) -> None:
+    """Fills the file system of ``folder`` to the last byte."""
+    fd = os.open(folder / "ballast", os.O_WRONLY | os.O_CREAT)
+    try:
+        for size in (4096, 1):
+            while True:
+                try:
+                    os.write(fd, b"\0" * size)
+                except OSError:
+                    break
+    finally:
+        os.close(fd)
+
+
+async def test_a_spool_on_a_full_file_system_sends_directly_names_the_folder_and_counts_what_is_lost(
+    server: Receiver, small_fs: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    sink = PostSink(server.url, spool_dir=small_fs, backoff=FAST, name="full")
+    await sink.open()
+    fill(small_fs)
+    with caplog.at_level(logging.WARNING, logger="monitor_async"):
+        for step in range(1, 93):
+            await sink.write([record(step)])
+        await sink.flush()
+        assert steps(server, "w") == list(range(1, 93)), "the server answers: nothing is lost"
+        figures = sink.counters()
+        assert figures["unspooled"] == 92 and figures["spool_dropped"] == 0 and figures["pending"] == 0
+        server.stop()  # now nothing can take them: they are counted, with a word
+        for step in range(93, 96):
+            await sink.write([record(step)])
+        await sink.close()
+    figures = sink.counters()
+    assert figures["spool_dropped"] == 3
+    lines = [r.getMessage() for r in caplog.records]
+    cannot = [line for line in lines if "cannot write" in line]
+    assert len(cannot) == 1 and str(small_fs) in cannot[0] and "No space left" in cannot[0]
+    lost = [line for line in lines if "lost" in line]
+    assert lost and "3 records" in lost[-1] and str(small_fs) in lost[-1]
+
+
+async def test_a_spool_folder_turned_read_only_sends_directly_and_names_the_folder(
+    server: Receiver, small_fs: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    sink = PostSink(server.url, spool_dir=small_fs, backoff=FAST, name="ro")
+    await sink.open()
+    subprocess.run(["mount", "-o", "remount,ro", str(small_fs)], check=True)
+    with caplog.at_level(logging.WARNING, logger="monitor_async"):
+        for step in range(1, 93):
+            await sink.write([record(step)])
+        await sink.close()
+    assert steps(server, "w") == list(range(1, 93))
+    cannot = [r.getMessage() for r in caplog.records if "cannot write" in r.getMessage()]
+    assert len(cannot) == 1 and str(small_fs) in cannot[0] and "Read-only" in cannot[0]
+    assert sink.counters()["spool_dropped"] == 0
+
+
+async def test_damaged_spool_files_are_named_and_never_called_a_full_spool(
+    server: Receiver, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    folder = tmp_path / "spool"
+    server.stop()
+    sink = PostSink(server.url, spool_dir=folder, backoff=FAST)
+    for step in (1, 2, 3):
+        await sink.write([record(step)])
+    await sink.close()
+    first, second, _ = spool_files(folder)
+    first.write_bytes(b"\x00\x17 not json")
+    second.write_text('{"destination": null, "records": [{"bogus": 1}]}')
+    server.start()
+    with caplog.at_level(logging.WARNING, logger="monitor_async"):
+        async with PostSink(server.url, spool_dir=folder, name="later") as later:
+            await later.flush()
+            figures = later.counters()
+    assert steps(server, "w") == [3]
+    assert figures["spool_dropped"] == 2
+    lines = [r.getMessage() for r in caplog.records]
+    assert not any("full" in line for line in lines), lines
+    for damaged in (first, second):
+        assert any(str(damaged) in line and "unreadable" in line for line in lines), lines
+
+
+async def test_a_closed_network_sink_leaves_no_worker_thread_behind(server: Receiver) -> None:
+    import threading
+
+    async with PostSink(server.url, name="threads") as sink:
+        await sink.write([record(1)])
+        assert any(t.name.startswith("monitor-async-threads") for t in threading.enumerate())
+    # well before a worker's 10 s idle timeout
+    await wait_until(lambda: not any(t.name.startswith("monitor-async-threads") for t in threading.enumerate()),
+                     timeout=3.0)
+    assert steps(server, "w") == [1]

@@ -215,3 +215,57 @@ async def test_a_10s_server_outage_and_a_killed_trainer_lose_no_spooled_record(
     assert set(steps) == set(range(1, max(steps) + 1)), "the killed trainer's spooled steps all arrived"
     assert len(steps) - len(set(steps)) <= heir.counters()["duplicates"]
     assert heir.run_id is None  # replayed into the trainer's run; the heir created none of its own
+
+
+PROXY_PAGE = b"<!DOCTYPE html><html><head><title>502 Bad Gateway</title></head><body>nginx</body></html>"
+
+
+async def test_a_200_whose_body_is_not_mlflows_answer_is_retried_naming_the_body(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import logging
+
+    from tests.http_receiver import Receiver
+
+    proxy = Receiver(content_type="text/html")
+    proxy.reply = lambda n, request: (200, {}, PROXY_PAGE)
+    sink = MLflowSink(proxy.url, run_id="0123456789abcdef0123456789abcdef", backoff=FAST, name="ml")
+    try:
+        with caplog.at_level(logging.WARNING, logger="monitor_async"):
+            for step in range(22):
+                await sink.write([Record("w", step, time.time(), {"w/x": float(step)})])
+            await wait_until(lambda: sink.counters()["retries"] >= 2)
+        figures = sink.counters()
+        assert figures["rejected"] == 0 and figures["pending"] == 22, "kept for another try, not refused"
+        assert any(r.path.endswith("/runs/log-batch") for r in proxy.requests)
+        warned = [r.getMessage() for r in caplog.records if "spool" in r.getMessage()]
+        assert warned and "<!DOCTYPE html><html>" in warned[0] and "HTTP 200" in warned[0], warned
+
+        proxy.reply = lambda n, request: (200, {"Content-Type": "application/json"}, b"{}")  # MLflow is back
+        await sink.flush()
+        assert sink.counters()["delivered"] == 22 and sink.counters()["pending"] == 0
+    finally:
+        await sink.close()
+        proxy.stop()
+
+
+async def test_an_alert_sets_the_run_tag_alert_rule_to_its_state(server: MlflowServer) -> None:
+    from monitor_async import AlertEvent
+
+    def event(state: str) -> AlertEvent:
+        return AlertEvent("stalled collector/frames", state, "warning", "collector", "collector/frames",  # type: ignore[arg-type]
+                          120.0, 1_700_000_000.0, time.time(), {}, "collector/frames has not increased for 62 s")
+
+    client = MlflowClient(server.url)
+    async with MLflowSink(server.url, experiment="alerts", run_name="stall") as sink:
+        await sink.alert(event("firing"))  # before any record: the run is created for it
+        await sink.flush()
+        assert sink.run_id is not None
+        assert client.get_run(sink.run_id).data.tags["alert.stalled collector/frames"] == "firing"
+        await sink.write([Record("collector", 1, time.time(), {"collector/frames": 120.0})])
+        await sink.alert(event("resolved"))
+        await sink.flush()
+    run = client.get_run(sink.run_id)
+    assert run.data.tags["alert.stalled collector/frames"] == "resolved"
+    assert history(client, sink.run_id, "collector/frames") == [(1, 120.0)]
+    assert sink.counters()["rejected"] == 0

@@ -169,3 +169,30 @@ def test_the_endpoint_defaults_to_the_standard_one_and_follows_the_environment(
     assert sink.resource.attributes["service.name"] == "learner"
     with pytest.raises(ValueError, match="OTLPSink: endpoint must be a URL"):
         OTLPSink("localhost:4318")
+
+
+async def test_a_200_whose_body_is_not_the_collectors_answer_is_retried_naming_the_body(
+    collector: Receiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    page = b"<html><body><h1>Welcome to nginx!</h1></body></html>"
+    collector.reply = lambda n, request: (200, {"Content-Type": "text/html"}, page)
+    sink = OTLPSink(endpoint(collector), backoff=FAST, name="otlp")
+    try:
+        with caplog.at_level(logging.WARNING, logger="monitor_async"):
+            async with Monitor(sink) as monitor:
+                monitor.watch(Ticker(), name="w", step="n")
+                await monitor.step()
+                await wait_until(lambda: sink.counters()["retries"] >= 2)
+        figures = sink.counters()
+        assert figures["delivered"] == 0 and figures["rejected"] == 0 and figures["pending"] >= 1
+        warned = [r.getMessage() for r in caplog.records if "spool" in r.getMessage()]
+        assert warned and "<html><body><h1>Welcome" in warned[0] and "HTTP 200" in warned[0], warned
+
+        pending, tried = int(figures["pending"]), len(collector.requests)
+        collector.reply = lambda n, request: OK
+        await sink.flush()
+        assert sink.counters()["delivered"] == pending and sink.counters()["pending"] == 0
+        values = [v for m, *_, v in points(collector.requests[tried:]) if m == "n"]
+        assert values == [float(i) for i in range(1, pending + 1)], "every record, once the collector answers"
+    finally:
+        await sink.close()

@@ -1,0 +1,271 @@
+"""Webhook: alert events posted to Slack, Discord or any JSON endpoint, grouped, through outages."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import json
+import logging
+import math
+import os
+import threading
+import urllib.request
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+from urllib.parse import urlparse
+
+from monitor_async._core import AlertEvent, ConfigError, Ranks, Record, check_ranks
+
+from ._delivery import DEFAULT_SPOOL_BYTES, Backoff, ResilientSink
+
+__all__ = ["FORMATS", "Webhook"]
+
+log = logging.getLogger("monitor_async")
+
+Format = Literal["slack", "discord", "json"]
+FORMATS: tuple[str, ...] = ("slack", "discord", "json")
+_DISCORD_LIMIT = 2000  # Discord refuses a message longer than this
+_LISTED = 200  # targets named in one message; the rest are counted
+
+
+def _target(event: AlertEvent) -> str:
+    """The watch, and the rank or other source when the event has one: ``learner (rank 3)``."""
+    if not event.source:
+        return event.watch
+    where = ", ".join(f"{k} {v}" for k, v in event.source.items())
+    return f"{event.watch} ({where})"
+
+
+def message(events: Sequence[AlertEvent]) -> str:
+    """The text of one post: the rule, its state and severity, and the targets it concerns.
+
+    Examples:
+        >>> e = AlertEvent("quiet learner", "firing", "critical", "learner", None, None, 0.0, 31.0, {},
+        ...                "learner has not answered for 31 s")
+        >>> message([e])
+        'FIRING (critical) quiet learner: learner has not answered for 31 s'
+    """
+    first = events[0]
+    head = f"{first.state.upper()} ({first.severity}) {first.rule}"
+    if len(events) == 1:
+        return f"{head}: {first.message}" if first.message else f"{head}: {_target(first)}"
+    names = [_target(e) for e in events[:_LISTED]]
+    more = f" and {len(events) - _LISTED} more" if len(events) > _LISTED else ""
+    text = f"{head} for {len(events)} targets: {', '.join(names)}{more}"
+    return f"{text}\nfirst: {first.message}" if first.message else text
+
+
+class Webhook(ResilientSink):
+    """Posts alert events to a webhook (Slack, Discord, or any endpoint that takes JSON); outages lose nothing.
+
+    A sink whose ``write`` ignores records: events come through
+    ``await webhook.alert(event)`` (the monitor calls it), or by calling the
+    webhook itself, ``webhook(event)``, which queues and returns at once, so
+    it also works as a notifier in ``notify=[...]``. Events of one rule and
+    state within ``group_window`` seconds go out as one post listing their
+    watches (and ranks): 100 targets stalling at once are one post. Posts go
+    through the spool with retries and backoff, as
+    [ResilientSink][monitor_async.backends.ResilientSink] says: a webhook
+    that is down gets the events once it is back, also from a later process
+    on the same ``spool_dir``. ``flush()`` and ``close()`` post the groups
+    still waiting for their window at once.
+
+    Args:
+        url: the webhook's ``http(s)://`` URL (Slack's incoming webhook,
+            Discord's channel webhook, or your own endpoint).
+        format: the body of each post: ``"slack"`` (default,
+            ``{"text": ...}``), ``"discord"`` (``{"content": ...}``, cut to
+            Discord's 2000 characters) or ``"json"``
+            (``{"events": [event.to_dict(), ...]}``, see
+            [AlertEvent][monitor_async.AlertEvent]).
+        headers: extra HTTP headers (a token...); ``None`` (default): none.
+        group_window: seconds the events of one rule are gathered before
+            they are posted (default 1.0); must be a finite number >= 0.
+        timeout: seconds one post may take (default 10.0); must be > 0.
+        spool_dir: the spool's folder (see ``ResilientSink``); ``None``
+            (default): a temporary one.
+        spool_bytes: the spool's bound in bytes (default 64 MiB).
+        backoff: the waits between tries (default ``Backoff()``).
+        name: the sink's label in ``Monitor.stats()`` and in messages;
+            ``None`` (default): ``"webhook"``.
+        ranks: ``"all"`` (default): every rank of a distributed job posts
+            its own events; ``"main"``: only rank 0.
+
+    Raises:
+        ConfigError: a bad option.
+
+    Examples:
+        >>> hook = Webhook("https://hooks.slack.com/services/T000/B000/XXXX", format="slack")
+        >>> hook.format, hook.group_window
+        ('slack', 1.0)
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        format: Format = "slack",
+        headers: Mapping[str, str] | None = None,
+        group_window: float = 1.0,
+        timeout: float = 10.0,
+        spool_dir: str | os.PathLike[str] | None = None,
+        spool_bytes: int = DEFAULT_SPOOL_BYTES,
+        backoff: Backoff | None = None,
+        name: str | None = None,
+        ranks: Ranks = "all",
+    ) -> None:
+        if not isinstance(url, str) or urlparse(url).scheme not in ("http", "https") or not urlparse(url).netloc:
+            raise ConfigError(f"Webhook: url must be an http(s):// URL, got {url!r}")
+        if format not in FORMATS:
+            raise ConfigError(f"Webhook: format must be one of {', '.join(map(repr, FORMATS))}, got {format!r}")
+        if headers is not None and (
+            not isinstance(headers, Mapping)
+            or not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items())
+        ):
+            raise ConfigError(f"Webhook: headers must be a mapping of strings, got {headers!r}")
+        for option, value, low in (("group_window", group_window, 0.0), ("timeout", timeout, None)):
+            if (
+                isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+                or (value < 0 if low is not None else value <= 0)
+            ):
+                bound = ">= 0" if low is not None else "> 0"
+                raise ConfigError(f"Webhook: {option} must be a finite number of seconds {bound}, got {value!r}")
+        super().__init__(spool_dir=spool_dir, spool_bytes=spool_bytes, backoff=backoff, name=name)
+        self.ranks = check_ranks(ranks, "Webhook")
+        self.url = url
+        self.format: Format = format
+        self.group_window = float(group_window)
+        self._headers = {"Content-Type": "application/json", **(headers or {})}
+        self._timeout = float(timeout)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._own_thread: threading.Thread | None = None
+        self._groups: dict[tuple[str, str], list[AlertEvent]] = {}
+        self._timers: dict[tuple[str, str], asyncio.TimerHandle] = {}
+        self._posting: set[asyncio.Task[None]] = set()
+
+    # ----------------------------------------------------------------- events
+    async def alert(self, event: AlertEvent) -> None:
+        """Takes one event: it is posted with the others of its rule at the end of the group window."""
+        self._bind()
+        self._add(event)
+
+    def __call__(self, event: AlertEvent) -> None:
+        """``webhook(event)``: queues ``event`` from any thread and returns at once (a notifier function)."""
+        loop = self._bind()
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            self._add(event)
+        else:
+            loop.call_soon_threadsafe(self._add, event)
+
+    def body(self, events: Sequence[AlertEvent]) -> dict[str, Any]:
+        """The JSON body of one post for ``events`` (one rule, one state), in this webhook's format."""
+        if self.format == "json":
+            return {"events": [e.to_dict() for e in events]}
+        text = message(events)
+        if self.format == "discord":
+            if len(text) > _DISCORD_LIMIT:
+                text = text[: _DISCORD_LIMIT - 3] + "..."
+            return {"content": text}
+        return {"text": text}
+
+    def _bind(self) -> asyncio.AbstractEventLoop:
+        """The loop the webhook's groups and spool live on: the caller's, else a private one on a thread."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            return loop
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # called from plain sync code: run a loop of our own
+            loop = asyncio.new_event_loop()
+            thread = threading.Thread(target=loop.run_forever, name=f"monitor-async-{self.label}-loop", daemon=True)
+            thread.start()
+            self._own_thread = thread
+        self._loop = loop
+        return loop
+
+    def _add(self, event: AlertEvent) -> None:
+        key = (event.rule, event.state)
+        group = self._groups.get(key)
+        if group is None:
+            group = self._groups[key] = []
+            self._timers[key] = asyncio.get_running_loop().call_later(self.group_window, self._due, key)
+        group.append(event)
+
+    def _due(self, key: tuple[str, str]) -> None:
+        timer = self._timers.pop(key, None)
+        if timer is not None:
+            timer.cancel()
+        events = self._groups.pop(key, None)
+        if events:
+            task = asyncio.get_running_loop().create_task(self._post(events), name=f"monitor-async {self.label} post")
+            self._posting.add(task)
+            task.add_done_callback(self._posting.discard)
+
+    async def _post(self, events: list[AlertEvent]) -> None:
+        # one record per event: the spool counts events; the message itself travels as the destination
+        stand_ins = [Record(e.watch, None, e.time, {}, e.source) for e in events]
+        try:
+            await self.deliver([stand_ins], json.dumps(self.body(events)))
+        except Exception as exc:  # noqa: BLE001 - nobody awaits this task: say it here
+            log.warning(
+                "sink %r: %d events of rule %r were not posted: %s (refusals are counted in "
+                "monitor.stats()['sink/%s/rejected'])", self.label, len(events), events[0].rule, exc, self.label,
+            )
+
+    async def _drain(self) -> None:
+        """Posts every group still in its window now, and waits for them to reach the spool."""
+        for key in list(self._groups):
+            self._due(key)
+        if self._posting:
+            await asyncio.gather(*self._posting, return_exceptions=True)
+
+    # ------------------------------------------------------------- lifecycle
+    async def _write(self, records: Sequence[Record]) -> None:
+        return None
+
+    async def _write_batches(self, batches: Sequence[Sequence[Record]]) -> None:
+        return None
+
+    async def _open(self) -> None:
+        self._bind()
+        await super()._open()
+
+    async def flush(self) -> None:
+        """Posts the groups waiting for their window, then returns once they are delivered or a try failed."""
+        await self._drain()
+        await super().flush()
+
+    async def close(self) -> None:
+        """Posts what waits, closes, and says in the log what stays in the spool. Idempotent."""
+        if not self._closed:
+            await self._drain()
+        await super().close()
+
+    def close_sync(self, timeout: float = 10.0) -> None:
+        """Closes a webhook used only as a notifier from sync code (it runs on a loop of its own).
+
+        Call it from a thread other than the webhook's loop; ``timeout`` bounds the wait.
+        """
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        future = asyncio.run_coroutine_threadsafe(self.close(), loop)
+        with contextlib.suppress(concurrent.futures.TimeoutError):
+            future.result(timeout)
+        if self._own_thread is not None:
+            loop.call_soon_threadsafe(loop.stop)
+            self._own_thread.join(timeout)
+            self._own_thread = None
+            if not loop.is_running():
+                loop.close()
+
+    def send_blocking(self, records: Sequence[Record], destination: str | None) -> None:
+        data = (destination or "{}").encode()
+        request = urllib.request.Request(self.url, data=data, headers=self._headers, method="POST")
+        with urllib.request.urlopen(request, timeout=self._timeout) as response:
+            response.read()
