@@ -219,15 +219,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RunNotFoundError as exc:
         print(f"monitor-async {args.command}: {exc}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # `monitor-async show RUN | head`: the reader has all it wanted
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush does not fail again
+        return 1
     except OSError as exc:  # unreadable run, unwritable output: one line naming the path
         text = exc.strerror if exc.filename is None and exc.strerror else str(exc)
         if exc.filename is not None:
             text = f"cannot use {exc.filename}: {exc.strerror or exc}"
         print(f"monitor-async {args.command}: {text or exc}", file=sys.stderr)
         return 2
-    except BrokenPipeError:  # `monitor-async show RUN | head`: the reader has all it wanted
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush does not fail again
-        return 1
     parser.print_help()
     return 0

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from .._core.names import RATE
-from .._core.text import eng
 from .._core.record import Record
+from .._core.text import eng
 from .runs import Launch, Run
 from .show import MONITOR, episodes
 

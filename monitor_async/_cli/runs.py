@@ -35,7 +35,7 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 from .._core.alerts import AlertEvent
 from .._core.exceptions import RunNotFoundError
@@ -71,7 +71,7 @@ class Launch:
     info: dict[str, Any] = field(default_factory=dict)
 
 
-Item = Union[Record, Launch, AlertEvent]
+Item = Record | Launch | AlertEvent
 Entry = tuple[int, Item]
 """``(launch, item)``: the item and the launch (1, 2...) of its file it belongs to."""
 
@@ -439,7 +439,9 @@ class Follower:
     def _tensorboard(self, limit: int) -> list[Entry]:
         if self._events is None:
             try:
-                from tensorboard.backend.event_processing.event_file_loader import LegacyEventFileLoader
+                from tensorboard.backend.event_processing.event_file_loader import (  # type: ignore[import-untyped]
+                    LegacyEventFileLoader,
+                )
             except ImportError as exc:
                 raise RunUnreadableError(
                     f"cannot read {self.path}: reading TensorBoard event files needs tensorboard "
@@ -548,9 +550,18 @@ class Run:
         self, path: Path, kind: str, files: list[Path], records: list[Record] | None = None, skipped: int = 0,
         keep: Callable[[str, str], bool] | None = None,
     ) -> None:
-        self.path, self.kind, self.files, self.skipped = path, kind, files, skipped
+        self.path, self.kind, self.files, self._skipped = path, kind, files, skipped
         self._records = records
+        self._read = records is not None
         self._keep = keep
+
+    @property
+    def skipped(self) -> int:
+        """Whole lines that were not records, in the last read (a first read is made if none was)."""
+        if not self._read:
+            for _ in self.entries():
+                pass
+        return self._skipped
 
     @property
     def timed(self) -> bool:
@@ -567,13 +578,13 @@ class Run:
             source: Iterator[Entry] = ((1, r) for r in self._records)
         else:
             followers = [Follower(f, self.kind) for f in self.files]
-            self.skipped = 0
+            self._skipped, self._read = 0, True
 
             def counted(follower: Follower) -> Iterator[Entry]:
                 try:
                     yield from follower.entries()
                 finally:
-                    self.skipped += follower.skipped
+                    self._skipped += follower.skipped
                     follower.close()
 
             source = heapq.merge(*(counted(f) for f in followers), key=lambda entry: entry[1].time)
@@ -615,7 +626,7 @@ class Run:
         """
         before = self._keep
         both = keep if before is None else (lambda w, k: before(w, k) and keep(w, k))
-        return Run(self.path, self.kind, self.files, self._records, self.skipped, both)
+        return Run(self.path, self.kind, self.files, self._records, self._skipped, both)
 
 
 def load_run(path: str | os.PathLike[str]) -> Run:
