@@ -62,6 +62,9 @@ class CSVSink(LineSink):
           read it as one string. ``source=False`` keeps five columns.
           ``{rank}`` in ``path`` is replaced by the process's rank;
           ``ranks="main"`` keeps the sink off other ranks.
+        - Appending to a file that holds rows marks the new launch first with
+          one row named ``__launch__`` (metric ``__launch__/pid``, value the
+          process id): filter it out with ``df[df.name != "__launch__"]``.
         - Names holding commas, quotes or line breaks are quoted the way
           ``csv.reader`` reads them back. A key or watch name that UTF-8
           cannot encode (a lone surrogate, ``"\\udcff"``) is written escaped
@@ -153,6 +156,13 @@ class CSVSink(LineSink):
         self._templates: dict[tuple[str, ...], str] = {}
         self._escaping: dict[tuple[str, ...], tuple[str, int]] = {}  # key orders holding escaped keys
         self._cached = 0  # bytes the three caches hold, about
+
+    def launch_line(self, info: dict[str, object]) -> str:
+        """A row named ``__launch__`` (metric ``__launch__/pid``, the process id as value): a new launch
+        appending to this file, in the long format that ``csv.reader`` and pandas read."""
+        end = "," if self._source else ""
+        pid = info["pid"]
+        return f"{info['time']!r},__launch__,,__launch__/pid,{float(pid) if isinstance(pid, int) else 0.0!r}{end}\n"
 
     def counters(self) -> dict[str, float]:
         """``recreated`` (see :class:`LineSink`) and ``keys_escaped``: values written under an escaped key."""

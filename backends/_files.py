@@ -19,6 +19,9 @@ open file (one ``stat``, on the worker thread). A file deleted or renamed
 while written (log rotation) is noticed at the next write: the batch goes to
 a new file created at the path, with the header, and one warning says so.
 A file cut to nothing in place (``copytruncate``) gets its header again.
+
+Launches: a sink that opens a file already holding lines appends a marker
+line first (``LineSink.launch_line``), so readers keep the launches apart.
 """
 
 from __future__ import annotations
@@ -27,8 +30,10 @@ import abc
 import contextlib
 import logging
 import os
+import socket
 import stat
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,17 +41,23 @@ import aiofiles
 import aiofiles.os
 
 from monitor_async._core import BaseSink, Ranks, Record, check_ranks, rank_path
+from monitor_async._version import __version__
 
 try:
     import fcntl
 except ImportError:  # Windows has no fcntl: appends are still whole, just not locked
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["LineFile", "LineSink"]
+__all__ = ["LineFile", "LineSink", "launch_info"]
 
 log = logging.getLogger("monitor_async")
 
 _CHUNK = 1 << 16
+
+
+def launch_info() -> dict[str, object]:
+    """What a launch marker says: when, which process on which host, and the package version."""
+    return {"time": time.time(), "pid": os.getpid(), "host": socket.gethostname(), "version": __version__}
 _Identity = tuple[int, int]
 _WRITTEN, _MOVED, _TRUNCATED = 0, 1, 2
 
@@ -125,8 +136,9 @@ def _line_end(fd: int, size: int) -> int:
     return 0
 
 
-def _prepare(fd: int, header: bytes) -> tuple[bytes | None, _Identity | None]:
-    """At open, locked: the header goes into an empty file, and a torn last line is cut away.
+def _prepare(fd: int, header: bytes, marker: bytes = b"") -> tuple[bytes | None, _Identity | None]:
+    """At open, locked: the header goes into an empty file, a torn last line is cut away, and a
+    file that already holds lines gets ``marker`` (a new launch appends to it).
 
     Returns the first line of a file that does not start with ``header``
     (the file is then left as it is), else ``None``; and the file's device
@@ -144,7 +156,10 @@ def _prepare(fd: int, header: bytes) -> tuple[bytes | None, _Identity | None]:
             if not head.startswith(header):
                 return head.split(b"\n", 1)[0], identity
         if os.pread(fd, 1, size - 1) != b"\n":
-            os.ftruncate(fd, _line_end(fd, size))
+            size = _line_end(fd, size)
+            os.ftruncate(fd, size)
+        if marker and identity is not None and size > len(header):
+            _append_all(fd, marker, _end(fd))
     return None, identity
 
 
@@ -159,8 +174,13 @@ class LineFile:
     new or empty; an existing file must already start with it.
     """
 
-    def __init__(self, path: Path, owner: str, *, header: bytes = b"", fsync: bool = False) -> None:
+    def __init__(
+        self, path: Path, owner: str, *, header: bytes = b"", fsync: bool = False,
+        marker: Callable[[], bytes] | None = None,
+    ) -> None:
         self.path = path
+        self.marker = marker
+        """Makes the line that marks a new launch in a file that already holds lines (see ``LineSink.launch_line``)."""
         self.owner = owner
         self.header = header
         self.fsync = fsync
@@ -181,7 +201,8 @@ class LineFile:
         except OSError as exc:
             raise self._error(exc) from exc
         try:
-            first, identity = await _prepare_async(file.fileno(), self.header)
+            marker = b"" if self.marker is None else self.marker()
+            first, identity = await _prepare_async(file.fileno(), self.header, marker)
         except OSError as exc:
             await file.close()
             raise self._error(exc) from exc
@@ -252,7 +273,18 @@ class LineSink(BaseSink, abc.ABC):
         self.path = Path(rank_path(path))  # "{rank}" in the path: this process's rank
         self.fsync = bool(fsync)
         self.name = name
-        self._file = LineFile(self.path, owner, header=self.header, fsync=self.fsync)
+        self._file = LineFile(self.path, owner, header=self.header, fsync=self.fsync, marker=self._launch)
+
+    def _launch(self) -> bytes:
+        return self.launch_line(launch_info()).encode()
+
+    def launch_line(self, info: dict[str, object]) -> str:
+        """The line that marks a new launch appending to a file that already holds lines ("" for none).
+
+        Args:
+            info: ``time``, ``pid``, ``host``, ``sink`` and ``version`` of this launch.
+        """
+        return ""
 
     @abc.abstractmethod
     def format(self, records: Sequence[Record]) -> str:

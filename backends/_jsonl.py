@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from monitor_async._core import Ranks, Record
+from monitor_async._core import AlertEvent, Ranks, Record
 
 from ._files import LineSink
 
@@ -40,7 +40,10 @@ class JSONLSink(LineSink):
           noticed at the next write and created again at ``path``, with one
           warning, counted in ``recreated``. The watch names it caches hold
           about :attr:`cache_bytes` at most.
-        - Appending to an existing file keeps what it holds. Parent folders are
+        - Appending to an existing file keeps what it holds, and marks the new
+          launch with a line ``{"launch": {"time", "pid", "host", "version"}}``
+          before the first record. Alert events given to `alert()` are lines
+          ``{"time", "alert": {...}}``. Parent folders are
           created on first write; constructing does no I/O. One sink is used
           from one event loop (aiofiles binds the file to the loop that opened
           it).
@@ -103,6 +106,19 @@ class JSONLSink(LineSink):
         self._encode = json.JSONEncoder(separators=(",", ":"), check_circular=False).encode
         self._names: dict[str, str] = {}  # watch name -> its JSON text
         self._cached = 0  # bytes the names hold, about
+
+    def launch_line(self, info: dict[str, object]) -> str:
+        """``{"launch": {"time", "pid", "host", "version"}}``: a new launch appending to this file."""
+        return self._encode({"launch": info}) + "\n"
+
+    async def alert(self, event: AlertEvent) -> None:
+        """Appends ``{"time": event.time, "alert": event.to_dict()}`` to the file (strict JSON: a
+        non-finite value is written as text); the run readers skip it as a record and list it.
+
+        Args:
+            event: the [AlertEvent][monitor_async.AlertEvent].
+        """
+        await self._file.write((self._encode({"time": event.time, "alert": event.to_dict()}) + "\n").encode())
 
     def format(self, records: Sequence[Record]) -> str:
         """The lines of ``records`` as one block of text (what ``write`` appends)."""

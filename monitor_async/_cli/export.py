@@ -3,54 +3,88 @@
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from typing import TextIO
 
 from .._core.record import Record
+from .runs import Entry, Run
 
-__all__ = ["write_wide"]
+__all__ = ["columns", "wide_rows", "write_wide"]
 
 
-def wide_rows(records: Iterable[Record]) -> tuple[list[str], list[dict[str, float | int | str]]]:
-    """The metric columns (full keys, by watch, each in order of first appearance) and the merged rows.
+PENDING = 10_000
+"""Rows held open at most (a watch whose step never changes cannot hold the others back for ever)."""
+
+
+def wide_rows(entries: Iterable[Entry]) -> Iterator[dict[str, float | int | str]]:
+    """The merged rows, streamed: records of one watch and launch that follow each other with one step become one row.
 
     Records of one watch with the same step (or, without a step, the same
-    time) become one row; a later record's values win, and the row keeps the
-    later time.
+    time), one after the other in that watch's records, become one row; a
+    later record's values win, and the row keeps the later time. A row is
+    handed on once its watch moves to another step; rows come in the order
+    they began.
 
     Args:
-        records: the run's records, in time order.
+        entries: the run's ``(launch, item)`` entries, in time order.
 
-    Returns:
-        ``(metric_columns, rows)``; each row maps ``watch``, ``step``, ``time``
-        and metric keys to values.
+    Yields:
+        Rows mapping ``launch``, ``watch``, ``step``, ``time`` and metric keys to values.
     """
-    columns: dict[str, dict[str, None]] = {}
-    rows: dict[tuple[str, object], dict[str, float | int | str]] = {}
-    for r in records:
-        key = (r.name, ("step", r.step) if r.step is not None else ("time", r.time))
-        row = rows.get(key)
-        if row is None:
-            row = rows[key] = {"watch": r.name, "step": "" if r.step is None else r.step}
+    open_: dict[tuple[int, str], tuple[object, dict[str, float | int | str]]] = {}
+    queue: deque[dict[str, float | int | str]] = deque()
+    done: set[int] = set()
+    for launch, r in entries:
+        if not isinstance(r, Record):
+            continue
+        key = ("step", r.step) if r.step is not None else ("time", r.time)
+        current = open_.get((launch, r.name))
+        if current is not None and current[0] == key:
+            row = current[1]
+        else:
+            if current is not None:
+                done.add(id(current[1]))
+            row = {"launch": launch, "watch": r.name, "step": "" if r.step is None else r.step}
+            open_[(launch, r.name)] = (key, row)
+            queue.append(row)
         row["time"] = r.time
-        mine = columns.setdefault(r.name, {})
-        for metric, value in r.metrics.items():
-            mine.setdefault(metric, None)
-            row[metric] = value
-    return [metric for mine in columns.values() for metric in mine], list(rows.values())
+        row.update(r.metrics)
+        while queue and (id(queue[0]) in done or len(queue) > PENDING):
+            first = queue.popleft()
+            done.discard(id(first))
+            yield first
+    yield from queue
 
 
-def write_wide(records: Iterable[Record], out: TextIO) -> int:
-    """Writes ``records`` to ``out`` as a wide CSV; returns the number of rows.
+def columns(entries: Iterable[Entry]) -> tuple[list[str], int]:
+    """The metric columns (full keys, by watch, each in order of first appearance) and the most launches of a file."""
+    found: dict[str, dict[str, None]] = {}
+    launches = 1
+    for launch, r in entries:
+        launches = max(launches, launch)
+        if isinstance(r, Record):
+            mine = found.setdefault(r.name, {})
+            for metric in r.metrics:
+                if metric not in mine:
+                    mine[metric] = None
+    return [metric for mine in found.values() for metric in mine], launches
 
-    Columns: ``watch``, ``step`` (empty when the watch has none), ``time``
-    (unix seconds), then one column per metric key (``"<watch>/<metric>"``, so
+
+def write_wide(records: Iterable[Record] | Run, out: TextIO) -> int:
+    """Writes a run (or records) to ``out`` as a wide CSV; returns the number of rows.
+
+    Columns: ``launch`` (only when a file holds more than one launch: 1, 2...),
+    ``watch``, ``step`` (empty when the watch has none), ``time`` (unix
+    seconds), then one column per metric key (``"<watch>/<metric>"``, so
     two watches' ``batches`` never collide), empty where a row has no value.
     Values are written with ``repr``, so they read back exactly. This is
-    the shape AgileRL's CSV logger writes and ``pandas.read_csv`` reads.
+    the shape AgileRL's CSV logger writes and ``pandas.read_csv`` reads. A
+    [Run][monitor_async._cli.runs.Run] is read twice (columns, then rows),
+    streamed: memory grows with the metrics, not the records.
 
     Args:
-        records: the run's records, in time order.
+        records: the run, or its records in time order.
         out: a text stream opened with ``newline=""``.
 
     Returns:
@@ -69,9 +103,18 @@ def write_wide(records: Iterable[Record], out: TextIO) -> int:
         learner,1,1.5,,0.25
         <BLANKLINE>
     """
-    columns, rows = wide_rows(records)
-    writer = csv.DictWriter(out, fieldnames=["watch", "step", "time", *columns], restval="")
+    if isinstance(records, Run):
+        entries: Callable[[], Iterable[Entry]] = records.entries
+    else:
+        given = list(records)
+        entries = lambda: ((1, r) for r in given)  # noqa: E731
+    metric_columns, launches = columns(entries())
+    lead = ["launch"] if launches > 1 else []
+    writer = csv.DictWriter(out, fieldnames=[*lead, "watch", "step", "time", *metric_columns], restval="",
+                            extrasaction="ignore")
     writer.writeheader()
-    for row in rows:
+    rows = 0
+    for row in wide_rows(entries()):
         writer.writerow({k: repr(v) if isinstance(v, float) else v for k, v in row.items()})
-    return len(rows)
+        rows += 1
+    return rows

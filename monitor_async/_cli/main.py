@@ -1,4 +1,4 @@
-"""The ``monitor-async`` command line: ``demo``, and ``show | plot | tail | export`` to look at runs."""
+"""The ``monitor-async`` command line: ``demo``, and ``show | plot | tail | export | alerts`` to look at runs."""
 
 from __future__ import annotations
 
@@ -15,7 +15,10 @@ from .. import __version__
 from .._core.exceptions import RunNotFoundError
 from .._core.text import count
 
-RUN_HELP = "a run's folder (holding the metrics.jsonl or metrics.csv the sinks wrote), or one such file"
+RUN_HELP = (
+    "a run's folder (the metrics.jsonl or metrics.csv the sinks wrote, a TorchRL CSVLogger folder, "
+    "TensorBoard event files), or one such file"
+)
 
 
 def _metric_option(parser: argparse.ArgumentParser) -> None:
@@ -61,7 +64,14 @@ def _parser() -> argparse.ArgumentParser:
     plot.add_argument("run", metavar="RUN", help=RUN_HELP)
     plot.add_argument("-o", "--output", metavar="FILE.png", help="the PNG to write (default: RUN/plot.png)")
     _metric_option(plot)
-    plot.add_argument("--all", action="store_true", help="also draw metrics that never changed")
+    plot.add_argument("--all", action="store_true",
+                      help="also draw metrics that never changed and the monitor's own counters")
+    plot.add_argument("--monitor", action="store_true",
+                      help="also draw the monitor's own counters (the watch 'monitor')")
+    plot.add_argument("--per-page", type=int, default=32, metavar="N",
+                      help="panels per PNG at most (default: 32); more go to FILE-2.png, FILE-3.png...")
+    plot.add_argument("--max-pages", type=int, default=8, metavar="N",
+                      help="PNGs written at most (default: 8); the panels beyond are named, not drawn")
 
     tail = commands.add_parser(
         "tail", help="follow a run another process is writing, as a live table (Ctrl-C to quit)",
@@ -80,7 +90,23 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("run", metavar="RUN", help=RUN_HELP)
     export.add_argument("--wide", required=True, metavar="OUT.csv", help="the CSV file to write ('-': stdout)")
     _metric_option(export)
+
+    alerts = commands.add_parser(
+        "alerts", help="list a run's alert events: firing, resolved, and how long each fired",
+        description="Lists the alert events JSONLSink wrote into a run: one line per episode, from firing "
+        "to resolved (with its duration), or still firing.",
+    )
+    alerts.add_argument("run", metavar="RUN", help=RUN_HELP)
     return parser
+
+
+def _writable(path: str) -> None:
+    """Raises ``OSError`` naming ``path`` when its folder does not exist or it names a folder."""
+    target = Path(path)
+    if not target.parent.is_dir():
+        raise OSError(f"cannot write {path}: the folder {target.parent} does not exist")
+    if target.is_dir():
+        raise OSError(f"cannot write {path}: it is a folder")
 
 
 def _keep(globs: Sequence[str]) -> Callable[[str, str], bool]:
@@ -97,7 +123,7 @@ def _run(args: argparse.Namespace) -> int:
     run = load_run(args.run)
     if args.metric:
         selected = run.select(_keep(args.metric))
-        if run.records and not selected.records:
+        if next(run.iter_records(), None) is not None and next(selected.iter_records(), None) is None:
             print(f"monitor-async {args.command}: no metric of {args.run} matches {' '.join(args.metric)}",
                   file=sys.stderr)
             return 1
@@ -107,21 +133,36 @@ def _run(args: argparse.Namespace) -> int:
 
         print("\n".join(describe(run)))
         return 0
+    if args.command == "alerts":
+        from .show import Summary, alert_line, episodes
+
+        found = episodes(Summary.of(run).alerts)
+        if not found:
+            print(f"no alert events in {run.path}")
+        for firing, resolved in found:
+            print(alert_line(firing, resolved))
+        return 0
     if args.command == "export":
         from .export import write_wide
 
         if args.wide == "-":
-            rows = write_wide(run.records, sys.stdout)
+            rows = write_wide(run, sys.stdout)
         else:
+            _writable(args.wide)
             with open(args.wide, "w", newline="", encoding="utf-8") as out:
-                rows = write_wide(run.records, out)
-            print(f"wrote {args.wide}: {count(rows, 'row')} of {count(len(run.watches()), 'watch')}")
+                rows = write_wide(run, out)
+            from .show import Summary
+
+            watches = len(Summary.of(run).watches)
+            print(f"wrote {args.wide}: {count(rows, 'row')} of {count(watches, 'watch')}")
         return 0
     from .plot import plot_run
 
     output = Path(args.output) if args.output else (run.path if run.path.is_dir() else run.path.parent) / "plot.png"
+    _writable(str(output))
     try:
-        result = plot_run(run, output, constant=args.all)
+        result = plot_run(run, output, constant=args.all, monitor=args.all or args.monitor,
+                          per_page=args.per_page, max_pages=args.max_pages)
     except ImportError as exc:
         print(f"monitor-async plot: {exc}", file=sys.stderr)
         return 1
@@ -129,9 +170,17 @@ def _run(args: argparse.Namespace) -> int:
         print(f"monitor-async plot: {exc}", file=sys.stderr)
         return 1
     watches = len({p.watch for p in result.panels})
-    print(f"wrote {result.path}: {count(len(result.panels), 'panel')} of {count(watches, 'watch')}")
+    where = str(result.path) if len(result.paths) == 1 else (
+        f"{result.paths[0]} … {result.paths[-1].name} ({len(result.paths)} pages)")
+    print(f"wrote {where}: {count(len(result.panels), 'panel')} of {count(watches, 'watch')}")
     if result.constant:
         print(f"not drawn, never changed (--all draws them): {', '.join(result.constant)}")
+    if result.monitor:
+        print(f"not drawn: the monitor's own counters ({count(result.monitor, 'metric')}; --monitor draws them)")
+    if result.beyond:
+        print(f"not drawn, past page {len(result.paths)} ({count(len(result.beyond), 'panel')}; --metric picks "
+              f"others, --max-pages draws more): {', '.join(result.beyond[:10])}"
+              + (" …" if len(result.beyond) > 10 else ""))
     return 0
 
 
@@ -142,8 +191,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv: the arguments after the program name.
 
     Returns:
-        0 on success; 1 when the run is missing or unreadable (with a message
-        on stderr); 2 for a usage error; 130 for a demo ended by Ctrl-C.
+        0 on success; 1 when the run is missing (with a message on stderr); 2
+        for a usage error, a run that cannot be read or an output that cannot
+        be written (one line naming the path); 130 for a demo ended by Ctrl-C.
     """
     parser = _parser()
     args = parser.parse_args(argv)
@@ -162,7 +212,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how tail ends; the table stays on screen
                 asyncio.run(tail(args.run, interval=args.interval))
             return 0
-        if args.command in ("show", "plot", "export"):
+        if args.command in ("show", "plot", "export", "alerts"):
+            if args.command == "plot" and not (args.per_page >= 1 and args.max_pages >= 1):
+                parser.error("--per-page and --max-pages must be at least 1")
             return _run(args)
     except RunNotFoundError as exc:
         print(f"monitor-async {args.command}: {exc}", file=sys.stderr)
@@ -171,5 +223,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush does not fail again
         return 1
+    except OSError as exc:  # unreadable run, unwritable output: one line naming the path
+        text = exc.strerror if exc.filename is None and exc.strerror else str(exc)
+        if exc.filename is not None:
+            text = f"cannot use {exc.filename}: {exc.strerror or exc}"
+        print(f"monitor-async {args.command}: {text or exc}", file=sys.stderr)
+        return 2
     parser.print_help()
     return 0

@@ -1,68 +1,152 @@
-"""Reading a run back: the records that ``JSONLSink`` and ``CSVSink`` wrote, even while they write.
+"""Reading a run back, streamed: the files this project's sinks, TorchRL's ``CSVLogger`` and TensorBoard wrote.
 
-A *run* is a folder (or one file) holding ``*.jsonl`` files written by
-``JSONLSink`` or ``*.csv`` files written by ``CSVSink`` (long format:
-``time,name,step,metric,value``). When a folder holds both, as the demo's
-does, the JSONL files are read (one record per line, so record boundaries
-are exact) and the CSV files, which hold the same records, are not.
+A *run* is a folder (or one file) holding one of these formats, looked for in this order:
 
-The files may be growing while they are read. A :class:`Follower` reads a
-file from where it stopped and keeps any text after the last line break for
-the next read, so a torn last line (a write in progress) is never parsed
-half. A CSV record's rows are held back until a row of another record
-follows, or a read finds nothing new and no torn line that may continue the
-record (the sink writes each batch in one call, so a quiet file holds whole
-records). A line that is whole but not
-readable (a file edited by hand) is skipped and counted.
+- ``*.jsonl`` files written by ``JSONLSink``: one record per line, plus
+  ``{"launch": {...}}`` lines (a new launch appended to the file) and
+  ``{"time", "alert": {...}}`` lines (alert events), which are not records;
+- ``*.csv`` files written by ``CSVSink`` (long format,
+  ``time,name,step,metric,value`` and an optional sixth column ``source``);
+  a row whose name is ``__launch__`` marks a new launch;
+- a TorchRL ``CSVLogger`` folder: ``scalars/<key>.csv``, one ``step,value``
+  line per value, no header and no wall time;
+- TensorBoard event files (``events.out.tfevents.*``, in the folder or below
+  it), read with tensorboard's event file loader.
+
+A file of the first two formats that holds no record yet never hides another
+format that holds some (an empty JSONL beside a full CSV: the CSV is read).
+
+Files are read in chunks and handed on as they are parsed, so memory stays
+bounded by a chunk and by what a reader keeps (per metric), not by the number
+of records. A file may be growing while it is read: a :class:`Follower`
+keeps any text after the last line break for the next read, so a torn last
+line (a write in progress) is never parsed half; a CSV record's rows are held
+back until a row of another record follows or the file is quiet. A whole
+line that is not a record (a file edited by hand) is skipped and counted.
 """
 
 from __future__ import annotations
 
 import csv
+import heapq
 import json
 import math
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._core.alerts import AlertEvent
 from .._core.exceptions import RunNotFoundError
 from .._core.record import Record
 
-__all__ = ["CSV_HEADER", "Follower", "Run", "find_run_files", "load_run"]
+__all__ = [
+    "CSV_HEADER", "LAUNCH", "Follower", "Launch", "Run", "RunUnreadableError", "find_run_files", "load_run",
+]
 
 CSV_HEADER = ["time", "name", "step", "metric", "value"]
+CSV_HEADER_SOURCE = [*CSV_HEADER, "source"]
+LAUNCH = "__launch__"
+"""The name of the CSV row that marks a new launch appended to a file."""
+LOOKED_FOR = (
+    "no .jsonl file of JSONLSink, no .csv file of CSVSink, no TorchRL CSVLogger folder (scalars/*.csv) "
+    "and no TensorBoard event file (events.out.tfevents.*)"
+)
+CHUNK = 1 << 22
+"""Bytes read at a time (4 MiB): what a read holds besides what the reader keeps."""
+TIMED = ("jsonl", "csv", "tensorboard")
 
 
-def _kind(path: Path) -> str | None:
-    """``"jsonl"`` or ``"csv"`` when ``path`` looks like a file a sink wrote (or an empty one), else None."""
+class RunUnreadableError(OSError):
+    """A run's folder or file exists but cannot be read (permissions, a folder where a file was expected)."""
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A launch that appended to a file: its time and what the sink wrote (``pid``, ``host``...)."""
+
+    time: float
+    file: Path
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+Item = Record | Launch | AlertEvent
+Entry = tuple[int, Item]
+"""``(launch, item)``: the item and the launch (1, 2...) of its file it belongs to."""
+
+
+def _unreadable(path: Path, exc: OSError) -> RunUnreadableError:
+    return RunUnreadableError(exc.errno, f"cannot read {path}: {exc.strerror or exc}")
+
+
+def _head(path: Path) -> bytes:
+    try:
+        with path.open("rb") as f:
+            return f.read(4096)
+    except OSError as exc:
+        raise _unreadable(path, exc) from exc
+
+
+def _is_events(path: Path) -> bool:
+    return path.name.startswith("events.out.tfevents.")
+
+
+def _kind(path: Path) -> tuple[str, bool] | None:
+    """``(format, holds_records)`` when ``path`` is a file one of the formats wrote, else None."""
+    if _is_events(path):
+        return ("tensorboard", True) if path.is_file() else None
     suffix = path.suffix.lower()
     if suffix not in (".jsonl", ".csv") or not path.is_file():
         return None
-    try:
-        with path.open("rb") as f:
-            head = f.readline(4096)
-    except OSError:
-        return None
+    head = _head(path)
+    first = head.split(b"\n", 1)[0]
     if suffix == ".jsonl":
-        return "jsonl" if not head.strip() or head.lstrip().startswith(b"{") else None
-    return "csv" if not head or head.rstrip(b"\r\n").decode("utf-8", "replace").split(",") == CSV_HEADER else None
+        if not head.strip():
+            return "jsonl", False
+        return ("jsonl", True) if head.lstrip().startswith(b"{") else None
+    if not head:
+        return "csv", False
+    fields = first.rstrip(b"\r").decode("utf-8", "replace").split(",")
+    if fields in (CSV_HEADER, CSV_HEADER_SOURCE):
+        return "csv", len(head) > len(first) + 1
+    if _torchrl_line(first.decode("utf-8", "replace")) is not None:
+        return "torchrl", True
+    return None
+
+
+def _listdir(root: Path) -> list[Path]:
+    try:
+        return sorted(root.iterdir())
+    except OSError as exc:
+        raise _unreadable(root, exc) from exc
+
+
+def _walk(root: Path, keep: Callable[[Path], bool]) -> list[Path]:
+    out: list[Path] = []
+    for child in _listdir(root):
+        if child.is_dir():
+            out += _walk(child, keep)
+        elif keep(child):
+            out.append(child)
+    return out
 
 
 def find_run_files(path: str | os.PathLike[str]) -> tuple[str, list[Path]]:
     """The format and the files of the run at ``path`` (a run's folder, or one of its files).
 
     Args:
-        path: a folder holding ``*.jsonl`` or ``*.csv`` files of the sinks, or one such file.
+        path: a folder holding files of one of the formats (see the module docstring), or one such file.
 
     Returns:
-        ``("jsonl", files)`` or ``("csv", files)``, files sorted by name.
+        ``(kind, files)``: ``kind`` is ``"jsonl"``, ``"csv"``, ``"torchrl"`` or
+        ``"tensorboard"``; files sorted by name.
 
     Raises:
         RunNotFoundError: ``path`` does not exist or holds no such file; the
-            message names the path, what was looked for, and the folders
+            message names the path, the formats looked for, and the folders
             below it that hold runs, if any.
+        RunUnreadableError: ``path`` or a file in it cannot be read.
 
     Examples:
         >>> import tempfile, pathlib
@@ -75,33 +159,49 @@ def find_run_files(path: str | os.PathLike[str]) -> tuple[str, list[Path]]:
     root = Path(path)
     if not root.exists():
         raise RunNotFoundError(f"no run at {root}: it does not exist")
-    if root.is_file():
+    if not root.is_dir():
+        if not root.is_file():
+            raise RunUnreadableError(f"cannot read {root}: not a regular file or folder")
         kind = _kind(root)
         if kind is None:
             raise RunNotFoundError(
-                f"{root} is not a file a sink wrote: expected a .jsonl file of JSONLSink "
-                f"or a .csv file of CSVSink starting with {','.join(CSV_HEADER)}"
+                f"{root} is not a file a sink wrote: expected a .jsonl file of JSONLSink, a .csv file of CSVSink "
+                f"starting with {','.join(CSV_HEADER)}, a TorchRL CSVLogger scalar file or a TensorBoard event file"
             )
-        return kind, [root]
-    found: dict[str, list[Path]] = {"jsonl": [], "csv": []}
-    for child in sorted(root.iterdir()):
+        return kind[0], [root]
+    found: dict[tuple[str, bool], list[Path]] = {}
+    for child in _listdir(root):
         kind = _kind(child)
-        if kind is not None:
-            found[kind].append(child)
-    for kind in ("jsonl", "csv"):
-        if found[kind]:
-            return kind, found[kind]
-    below = sorted(
-        (d for d in root.iterdir() if d.is_dir() and any(_kind(f) for f in d.iterdir())),
-        key=lambda d: d.stat().st_mtime,
-    )
+        if kind is not None and kind[0] != "tensorboard":
+            found.setdefault(kind, []).append(child)
+    for kind_ in (("jsonl", True), ("csv", True)):
+        if kind_ in found:
+            return kind_[0], found[kind_]
+    scalars = root / "scalars" if (root / "scalars").is_dir() else (root if root.name == "scalars" else None)
+    if scalars is not None:
+        files = _walk(scalars, lambda p: p.suffix == ".csv")
+        if files:
+            return "torchrl", files
+    events = _walk(root, _is_events)
+    if events:
+        return "tensorboard", events
+    for kind_ in (("jsonl", False), ("csv", False)):
+        if kind_ in found:
+            return kind_[0], found[kind_]
+    below = []
+    for d in _listdir(root):
+        if d.is_dir():
+            try:
+                find_run_files(d)
+            except (RunNotFoundError, OSError):
+                continue
+            below.append(d)
+    below.sort(key=lambda d: d.stat().st_mtime)
     hint = ""
     if below:
         names = ", ".join(str(d) for d in below[-3:])
         hint = f"; the folders below it that hold runs include {names} (the newest last): pass one of them"
-    raise RunNotFoundError(
-        f"no run in {root}: it holds no .jsonl file of JSONLSink and no .csv file of CSVSink{hint}"
-    )
+    raise RunNotFoundError(f"no run in {root}: it holds {LOOKED_FOR}{hint}")
 
 
 def _number(value: Any) -> float | None:
@@ -111,13 +211,33 @@ def _number(value: Any) -> float | None:
     return out if math.isfinite(out) else None
 
 
-def _jsonl_record(line: str) -> Record | None:
-    """The record on one JSONL line, or None when the line is not one."""
+def _torchrl_line(line: str) -> tuple[int, float] | None:
+    parts = line.strip().split(",")
+    if len(parts) != 2:
+        return None
+    try:
+        return int(parts[0]), float(parts[1])
+    except ValueError:
+        return None
+
+
+def _jsonl_item(line: str, path: Path) -> Item | None:
+    """The record, launch or alert event on one JSONL line, or None when the line is none of them."""
     try:
         obj = json.loads(line)
     except ValueError:
         return None
     if not isinstance(obj, dict):
+        return None
+    if "metrics" not in obj:
+        launch, alert = obj.get("launch"), obj.get("alert")
+        if isinstance(launch, dict) and _number(launch.get("time")) is not None:
+            return Launch(float(launch["time"]), path, launch)
+        if isinstance(alert, dict):
+            try:
+                return AlertEvent.from_dict(alert)
+            except (KeyError, TypeError, ValueError):
+                return None
         return None
     name, step, when, metrics = obj.get("name"), obj.get("step"), _number(obj.get("time")), obj.get("metrics")
     if not isinstance(name, str) or when is None or not isinstance(metrics, dict):
@@ -125,26 +245,34 @@ def _jsonl_record(line: str) -> Record | None:
     if step is not None and (isinstance(step, bool) or not isinstance(step, int)):
         return None
     values = {k: v for k, v in ((k, _number(v)) for k, v in metrics.items()) if v is not None}
-    return Record(name=name, step=step, time=when, metrics=values)
+    source = obj.get("source")
+    return Record(name=name, step=step, time=when, metrics=values, source=source if isinstance(source, dict) else {})
+
+
+def _source(text: str) -> dict[str, str]:
+    """The CSV source column (``rank=1;host=n1``) as a mapping."""
+    pairs = (part.partition("=") for part in text.split(";") if part)
+    return {k: v for k, _, v in pairs}
 
 
 @dataclass
 class Follower:
-    """Reads one growing JSONL or CSV file of a sink, a whole record at a time.
+    """Reads one growing file of a run, a whole record at a time, following it by name.
 
     Guarantees:
         - :meth:`read` returns the records added since the last call, each
           once, in file order; text after the last line break waits for the
           next call (a torn last line is never parsed), and a CSV record is
           returned only once it is whole (see the module docstring).
-        - A file that became shorter (truncated, replaced) is read again from
-          its start.
+        - A file that became shorter (truncated in place) is read again from
+          its start; a file replaced at its path (rotation) is read to its
+          end, then the new file at the path from its start.
         - Whole lines that are not records are skipped and counted in
           ``skipped``; a missing file reads as no records.
 
     Args:
         path: the file.
-        kind: ``"jsonl"`` or ``"csv"``.
+        kind: ``"jsonl"``, ``"csv"``, ``"torchrl"`` or ``"tensorboard"``.
 
     Examples:
         >>> import tempfile, pathlib
@@ -163,24 +291,76 @@ class Follower:
     kind: str
     skipped: int = 0
     offset: int = 0
+    launch: int = 1
+    """The launch of the file the next items belong to (1 until a launch marker is read)."""
     _tail: bytes = b""
     _row: str = ""
     _held: list[list[str]] = field(default_factory=list)
     _header_seen: bool = False
+    _file: Any = None
+    _identity: tuple[int, int] | None = None
+    _events: Any = None
+    _key: str = ""
 
-    def read(self) -> list[Record]:
-        """The records written since the last call (see the class docstring)."""
+    def __post_init__(self) -> None:
+        if self.kind == "torchrl":
+            parts = list(self.path.parts)
+            at = len(parts) - 1 - parts[::-1].index("scalars") if "scalars" in parts[:-1] else len(parts) - 1
+            self._key = "/".join([*parts[at + 1 : -1], self.path.stem]) if at < len(parts) - 1 else self.path.stem
+
+    def close(self) -> None:
+        """Closes the open file (the next read opens it again)."""
+        file, self._file, self._events = self._file, None, None
+        if file is not None:
+            file.close()
+
+    def __del__(self) -> None:
+        self.close()
+
+    def _reset(self) -> None:
+        self.offset, self._tail, self._row, self._held, self._header_seen = 0, b"", "", [], False
+        self.launch, self._events = 1, None
+
+    def _identity_now(self) -> tuple[int, int] | None:
         try:
-            with self.path.open("rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                if size < self.offset:  # truncated or replaced: start over
-                    self.offset, self._tail, self._row, self._held, self._header_seen = 0, b"", "", [], False
-                f.seek(self.offset)
-                data = f.read()
+            info = os.stat(self.path)
         except OSError:
-            return []
+            return None
+        return info.st_dev, info.st_ino
+
+    def _chunk(self, size: int) -> bytes:
+        """The next bytes of the file by name: the open one's rest, then a replacing file's from its start."""
+        if self._file is None:
+            try:
+                self._file = self.path.open("rb")
+            except FileNotFoundError:
+                return b""
+            except OSError as exc:
+                raise _unreadable(self.path, exc) from exc
+            info = os.fstat(self._file.fileno())
+            self._identity = (info.st_dev, info.st_ino)
+        if os.fstat(self._file.fileno()).st_size < self.offset:  # truncated in place: start over
+            self._reset()
+        self._file.seek(self.offset)
+        data: bytes = self._file.read(size)
+        if data:
+            return data
+        now = self._identity_now()
+        if now is not None and now != self._identity:  # rotated: the old file is read to its end
+            self.close()
+            self._reset()
+            return self._chunk(size)
+        return b""
+
+    def read_entries(self, limit: int = CHUNK) -> list[Entry]:
+        """The items (records, launches, alert events) of at most ``limit`` more bytes, with their launch."""
+        if self.kind == "tensorboard":
+            return self._tensorboard(limit)
+        data = self._chunk(limit)
         if not data:
-            return self._release() if self.kind == "csv" and not self._may_continue() else []
+            if self.kind == "csv" and not self._may_continue():
+                return [(self.launch, r) for r in self._release()]
+            return []
         self.offset += len(data)
         data = self._tail + data
         cut = data.rfind(b"\n") + 1
@@ -188,22 +368,34 @@ class Follower:
         text = data[:cut].decode("utf-8", "replace")
         if self.kind == "jsonl":
             return self._jsonl(text)
+        if self.kind == "torchrl":
+            return self._torchrl(text)
         return self._csv(text)
 
-    def read_all(self) -> list[Record]:
-        """Every whole record up to now: :meth:`read` until the file is quiet (three reads at most).
-
-        A CSV record whose rows may go on in a torn last line is left for a later read.
-        """
-        out: list[Record] = []
-        for _ in range(3):
+    def entries(self) -> Iterator[Entry]:
+        """Every item up to now, a chunk at a time, until the file is quiet."""
+        while True:
             before = self.offset
-            out += self.read()
-            if self.offset == before:
+            got = self.read_entries()
+            yield from got
+            if self.offset == before and not got:
                 break
         if self.kind == "csv" and not self._may_continue():
-            out += self._release()
-        return out
+            yield from ((self.launch, r) for r in self._release())
+
+    def read(self) -> list[Record]:
+        """The records written since the last call (see the class docstring)."""
+        out: list[Record] = []
+        while True:
+            before = self.offset
+            got = self.read_entries()
+            out += [item for _, item in got if isinstance(item, Record)]
+            if self.offset == before:
+                return out
+
+    def read_all(self) -> list[Record]:
+        """Every whole record up to now (a CSV record whose rows may go on in a torn last line waits)."""
+        return [item for _, item in self.entries() if isinstance(item, Record)]
 
     def _may_continue(self) -> bool:
         """Whether the text after the last line break may be more rows of the held CSV record."""
@@ -216,20 +408,67 @@ class Follower:
             return True
         return len(fields) < 4 or fields[:3] == self._held[0][:3]
 
-    def _jsonl(self, text: str) -> list[Record]:
-        out = []
+    def _jsonl(self, text: str) -> list[Entry]:
+        out: list[Entry] = []
         for line in text.splitlines():
             if not line.strip():
                 continue
-            record = _jsonl_record(line)
-            if record is None:
+            item = _jsonl_item(line, self.path)
+            if item is None:
                 self.skipped += 1
-            else:
-                out.append(record)
+                continue
+            if isinstance(item, Launch):
+                self.launch += 1
+            out.append((self.launch, item))
         return out
 
-    def _csv(self, text: str) -> list[Record]:
-        out: list[Record] = []
+    def _torchrl(self, text: str) -> list[Entry]:
+        out: list[Entry] = []
+        name = self._key.split("/", 1)[0]
+        for line in text.splitlines():
+            if not line.strip():
+                continue
+            parsed = _torchrl_line(line)
+            if parsed is None or not math.isfinite(parsed[1]):
+                self.skipped += 1
+                continue
+            # TorchRL writes no wall time: the step stands in for it (Run.timed is False)
+            out.append((self.launch, Record(name, parsed[0], float(parsed[0]), {self._key: parsed[1]})))
+        return out
+
+    def _tensorboard(self, limit: int) -> list[Entry]:
+        if self._events is None:
+            try:
+                from tensorboard.backend.event_processing.event_file_loader import (  # type: ignore[import-untyped]
+                    LegacyEventFileLoader,
+                )
+            except ImportError as exc:
+                raise RunUnreadableError(
+                    f"cannot read {self.path}: reading TensorBoard event files needs tensorboard "
+                    "(pip install tensorboard)"
+                ) from exc
+            self._events = LegacyEventFileLoader(str(self.path))
+        out: list[Entry] = []
+        for event in self._events.Load():
+            by_watch: dict[str, dict[str, float]] = {}
+            for value in event.summary.value:
+                if value.WhichOneof("value") == "simple_value":
+                    number = float(value.simple_value)
+                elif value.HasField("tensor") and value.tensor.float_val:
+                    number = float(value.tensor.float_val[0])
+                else:
+                    continue
+                if math.isfinite(number):
+                    by_watch.setdefault(value.tag.split("/", 1)[0], {})[value.tag] = number
+            for name, metrics in by_watch.items():
+                out.append((self.launch, Record(name, int(event.step), float(event.wall_time), metrics)))
+            if len(out) * 64 >= limit:
+                break
+        self.offset += len(out)
+        return out
+
+    def _csv(self, text: str) -> list[Entry]:
+        out: list[Entry] = []
         for line in text.splitlines(keepends=True):
             self._row += line
             if self._row.count('"') % 2:  # inside a quoted field that holds a line break
@@ -238,13 +477,28 @@ class Follower:
             fields = next(csv.reader([row_text]), [])
             if not fields:
                 continue
-            if fields == CSV_HEADER and not self._header_seen:
+            if fields in (CSV_HEADER, CSV_HEADER_SOURCE) and not self._header_seen:
                 self._header_seen = True
                 continue
-            if self._held and fields[:3] != self._held[0][:3]:
-                out += self._release()
+            if self._held and (fields[:3] != self._held[0][:3] or fields[5:6] != self._held[0][5:6]):
+                out += [(self.launch, r) for r in self._release()]
+            if len(fields) >= 2 and fields[1] == LAUNCH:
+                launch = self._launch_row(fields)
+                if launch is not None:
+                    out.append(launch)
+                continue
             self._held.append(fields)
         return out
+
+    def _launch_row(self, fields: list[str]) -> Entry | None:
+        try:
+            when = float(fields[0])
+            info: dict[str, Any] = {"time": when, "pid": int(float(fields[4]))}
+        except (ValueError, IndexError):
+            self.skipped += 1
+            return None
+        self.launch += 1
+        return (self.launch, Launch(when, self.path, info))
 
     def _release(self) -> list[Record]:
         """The held CSV rows (one record's) as a record."""
@@ -260,7 +514,7 @@ class Follower:
         metrics: dict[str, float] = {}
         for row in rows:
             value = None
-            if len(row) == 5:
+            if len(row) in (5, 6):
                 try:
                     value = _number(float(row[4]))
                 except ValueError:
@@ -272,31 +526,92 @@ class Follower:
         if not math.isfinite(when):
             self.skipped += len(rows)
             return []
-        return [Record(name=rows[0][1], step=step, time=when, metrics=metrics)]
+        source = _source(rows[0][5]) if len(rows[0]) == 6 else {}
+        return [Record(name=rows[0][1], step=step, time=when, metrics=metrics, source=source)]
 
 
-@dataclass
 class Run:
-    """A run read back: its records in time order, and where they came from.
+    """A run: where it is, its format and files, and its items, streamed (or given).
 
-    Attributes:
+    Args:
         path: the folder or file given.
-        kind: ``"jsonl"`` or ``"csv"``.
-        files: the files read.
-        records: every whole record, sorted by time (file order among equal times).
-        skipped: whole lines that were not records.
+        kind: ``"jsonl"``, ``"csv"``, ``"torchrl"`` or ``"tensorboard"``.
+        files: the files to read.
+        records: the records, when they are given rather than read (for programs and tests).
+        skipped: whole lines that were not records (grows as the files are read).
+
+    Examples:
+        >>> run = Run(Path("r"), "jsonl", [], [Record("rb", 1, 0.0, {"rb/size": 3.0})])
+        >>> [r.step for r in run.iter_records()]
+        [1]
     """
 
-    path: Path
-    kind: str
-    files: list[Path]
-    records: list[Record]
-    skipped: int = 0
+    def __init__(
+        self, path: Path, kind: str, files: list[Path], records: list[Record] | None = None, skipped: int = 0,
+        keep: Callable[[str, str], bool] | None = None,
+    ) -> None:
+        self.path, self.kind, self.files, self._skipped = path, kind, files, skipped
+        self._records = records
+        self._read = records is not None
+        self._keep = keep
+
+    @property
+    def skipped(self) -> int:
+        """Whole lines that were not records, in the last read (a first read is made if none was)."""
+        if not self._read:
+            for _ in self.entries():
+                pass
+        return self._skipped
+
+    @property
+    def timed(self) -> bool:
+        """Whether records carry a wall time (TorchRL's CSV files have only steps)."""
+        return self.kind in TIMED
+
+    def entries(self) -> Iterator[Entry]:
+        """Every ``(launch, item)`` of the run, in time order across files (file order within one).
+
+        Reading again reads the files again from their start; ``skipped`` counts the last read.
+        """
+        keep = self._keep
+        if self._records is not None:
+            source: Iterator[Entry] = ((1, r) for r in self._records)
+        else:
+            followers = [Follower(f, self.kind) for f in self.files]
+            self._skipped, self._read = 0, True
+
+            def counted(follower: Follower) -> Iterator[Entry]:
+                try:
+                    yield from follower.entries()
+                finally:
+                    self._skipped += follower.skipped
+                    follower.close()
+
+            source = heapq.merge(*(counted(f) for f in followers), key=lambda entry: entry[1].time)
+        for launch, item in source:
+            if keep is not None and isinstance(item, Record):
+                metrics = {k: v for k, v in item.metrics.items() if keep(item.name, k)}
+                if not metrics:
+                    continue
+                if len(metrics) != len(item.metrics):
+                    item = Record(item.name, item.step, item.time, metrics, item.source)
+            yield launch, item
+
+    def iter_records(self) -> Iterator[Record]:
+        """The run's records, streamed (see :meth:`entries`)."""
+        return (item for _, item in self.entries() if isinstance(item, Record))
+
+    @property
+    def records(self) -> list[Record]:
+        """Every record, in a list (reads the whole run into memory: prefer :meth:`iter_records`)."""
+        if self._records is None or self._keep is not None:
+            return list(self.iter_records())
+        return self._records
 
     def watches(self) -> dict[str, list[Record]]:
-        """The records of each watch, watches in the order they first appear."""
+        """The records of each watch, watches in the order they first appear (in memory)."""
         out: dict[str, list[Record]] = {}
-        for r in self.records:
+        for r in self.iter_records():
             out.setdefault(r.name, []).append(r)
         return out
 
@@ -307,27 +622,25 @@ class Run:
             keep: called with the watch name and the full metric key (``"<watch>/<metric>"``).
 
         Returns:
-            A new :class:`Run`.
+            A new :class:`Run`, read as lazily as this one.
         """
-        records = []
-        for r in self.records:
-            metrics = {k: v for k, v in r.metrics.items() if keep(r.name, k)}
-            if metrics:
-                records.append(Record(name=r.name, step=r.step, time=r.time, metrics=metrics))
-        return Run(self.path, self.kind, self.files, records, self.skipped)
+        before = self._keep
+        both = keep if before is None else (lambda w, k: before(w, k) and keep(w, k))
+        return Run(self.path, self.kind, self.files, self._records, self._skipped, both)
 
 
 def load_run(path: str | os.PathLike[str]) -> Run:
-    """Reads the run at ``path`` as it is now (files still being written included).
+    """The run at ``path``: finds its files now; its records are read when asked for (streamed).
 
     Args:
-        path: a run's folder, or one of its ``.jsonl`` / ``.csv`` files.
+        path: a run's folder, or one of its files.
 
     Returns:
         The :class:`Run`.
 
     Raises:
         RunNotFoundError: no run at ``path`` (see :func:`find_run_files`).
+        RunUnreadableError: ``path`` or one of its files cannot be read.
 
     Examples:
         >>> import tempfile, pathlib
@@ -338,7 +651,4 @@ def load_run(path: str | os.PathLike[str]) -> Run:
         [('rb', 3, {'rb/size': 3.0, 'rb/free': 7.0})]
     """
     kind, files = find_run_files(path)
-    followers = [Follower(f, kind) for f in files]
-    records: Iterable[Record] = [r for f in followers for r in f.read_all()]
-    ordered = sorted(records, key=lambda r: r.time)
-    return Run(Path(path), kind, files, ordered, sum(f.skipped for f in followers))
+    return Run(Path(path), kind, files)

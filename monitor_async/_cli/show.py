@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
+from .._core.alerts import AlertEvent
 from .._core.names import RATE, split_rates
 from .._core.record import Record
 from .._core.text import count, eng
-from .runs import Run
+from .._core.world import source_text
+from .runs import Launch, Run
 
-__all__ = ["describe", "duration"]
+__all__ = ["MONITOR", "Summary", "alert_line", "describe", "duration", "episodes"]
 
 
 def duration(seconds: float) -> str:
@@ -39,20 +44,94 @@ def _clock(t: float, date: bool = False) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S" if date else "%H:%M:%S", time.localtime(t))
 
 
-def _watch(name: str, records: Sequence[Record]) -> list[str]:
-    cut = len(name) + 1
-    first: dict[str, float] = {}
-    last: dict[str, float] = {}
-    for r in records:
+@dataclass
+class WatchSummary:
+    """What ``show`` keeps of one watch while the run streams by: counts, spans, first and last values."""
+
+    name: str
+    records: int = 0
+    first_step: int | None = None
+    last_step: int | None = None
+    first_time: float = 0.0
+    last_time: float = 0.0
+    first: dict[str, float] = field(default_factory=dict)
+    last: dict[str, float] = field(default_factory=dict)
+
+    def add(self, r: Record) -> None:
+        if not self.records:
+            self.first_time = r.time
+        self.records += 1
+        self.last_time = r.time
+        if r.step is not None:
+            if self.first_step is None:
+                self.first_step = r.step
+            self.last_step = r.step
         for key, value in r.metrics.items():
-            metric = key[cut:] if key.startswith(name + "/") else key
-            first.setdefault(metric, value)
-            last[metric] = value
-    steps = [r.step for r in records if r.step is not None]
-    head = [count(len(records), "record")]
-    if steps:
-        head.append(f"step {steps[0]} → {steps[-1]}")
-    head.append(f"{_clock(records[0].time)} → {_clock(records[-1].time)}")
+            if key not in self.first:
+                self.first[key] = value
+            self.last[key] = value
+
+
+@dataclass
+class Summary:
+    """A run read once, in memory bounded by its metrics: per watch, launches, alert events.
+
+    Attributes:
+        watches: per name, in order of first appearance.
+        launches: the launches marked in the files (a file's first launch has no mark).
+        alerts: the alert events, in time order.
+        files_launches: the most launches one file holds (1 when none was marked).
+    """
+
+    watches: dict[str, WatchSummary] = field(default_factory=dict)
+    launches: list[Launch] = field(default_factory=list)
+    alerts: list[AlertEvent] = field(default_factory=list)
+    files_launches: int = 1
+    records: int = 0
+    start: float = math.inf
+    end: float = -math.inf
+
+    @classmethod
+    def of(cls, run: Run) -> Summary:
+        out = cls()
+        watches = out.watches
+        for launch, item in run.entries():
+            if isinstance(item, Record):
+                w = watches.get(item.name)
+                if w is None:
+                    w = watches[item.name] = WatchSummary(item.name)
+                w.add(item)
+                out.records += 1
+                out.start = min(out.start, item.time)
+                out.end = max(out.end, item.time)
+            elif isinstance(item, Launch):
+                out.launches.append(item)
+            else:
+                out.alerts.append(item)
+            out.files_launches = max(out.files_launches, launch)
+        return out
+
+    def polled(self) -> int | None:
+        """How many names were watches, from the monitor's own ``monitor/watches`` (None without it)."""
+        mine = self.watches.get(MONITOR)
+        value = None if mine is None else mine.last.get(f"{MONITOR}/watches")
+        return None if value is None else int(value)
+
+
+MONITOR = "monitor"
+"""The name of the watch of the monitor's own counters (``monitor.watch(monitor)``, as the demo does)."""
+
+
+def _watch(w: WatchSummary, timed: bool) -> list[str]:
+    name = w.name
+    cut = len(name) + 1
+    first = {(k[cut:] if k.startswith(name + "/") else k): v for k, v in w.first.items()}
+    last = {(k[cut:] if k.startswith(name + "/") else k): v for k, v in w.last.items()}
+    head = [count(w.records, "record")]
+    if w.first_step is not None:
+        head.append(f"step {w.first_step} → {w.last_step}")
+    if timed:
+        head.append(f"{_clock(w.first_time)} → {_clock(w.last_time)}")
     values, lone = split_rates(last)
     rows = [(k, eng(first[k]), eng(v), "" if rate is None else f"{eng(rate)}/s") for k, v, rate in values]
     rows += [(f"{k}/s", f"{eng(first[k + RATE])}/s", f"{eng(rate)}/s", "") for k, rate in lone]
@@ -64,17 +143,71 @@ def _watch(name: str, records: Sequence[Record]) -> list[str]:
     return lines
 
 
-def describe(run: Run) -> list[str]:
-    """The lines ``monitor-async show`` prints for ``run``.
+def episodes(alerts: Sequence[AlertEvent]) -> list[tuple[AlertEvent, AlertEvent | None]]:
+    """Each firing event with the event that resolved it (``None`` while it still fires), in firing order.
 
-    A header (the run's path and files, how many watches, metrics and
-    records, its time span), then per watch: its record count, step range and
-    time span, and for each metric its first and last value and, for a
-    counter with a rate, the last rate. Numbers are in engineering notation
-    (``88.6k``); ``export`` writes them exactly.
+    Events pair by rule, watch, metric and source.
 
     Args:
-        run: the run, read by :func:`monitor_async._cli.runs.load_run`.
+        alerts: the run's alert events, in time order.
+
+    Returns:
+        ``[(firing, resolved_or_None), ...]``.
+    """
+    open_: dict[tuple[Any, ...], int] = {}
+    out: list[tuple[AlertEvent, AlertEvent | None]] = []
+    for e in alerts:
+        key = (e.rule, e.watch, e.metric, tuple(sorted(e.source.items())))
+        if e.state == "firing":
+            open_[key] = len(out)
+            out.append((e, None))
+        elif key in open_:
+            at = open_.pop(key)
+            out[at] = (out[at][0], e)
+        else:  # resolved, its firing before the file began
+            out.append((e, e))
+    return out
+
+
+def alert_line(firing: AlertEvent, resolved: AlertEvent | None) -> str:
+    """One line for an alert episode: when it fired, for how long, and its message.
+
+    Args:
+        firing: the firing event.
+        resolved: the event that resolved it, or ``None`` while it fires.
+
+    Returns:
+        The line.
+
+    Examples:
+        >>> e = AlertEvent("stalled rb/size", "firing", "warning", "rb", "rb/size", 3.0, 0.0, 100.0, {}, "stuck")
+        >>> r = AlertEvent("stalled rb/size", "resolved", "warning", "rb", "rb/size", 4.0, 0.0, 165.0, {}, "moves")
+        >>> alert_line(e, r)[8:]
+        '  warning   stalled rb/size (rb) · firing → resolved after 1m 05s · stuck'
+    """
+    where = firing.watch + (f", {source_text(firing.source)}" if firing.source else "")
+    if resolved is None:
+        state = "firing, not resolved"
+    elif resolved is firing:
+        state = "resolved (fired before the file began)"
+    else:
+        state = f"firing → resolved after {duration(resolved.time - firing.time)}"
+    message = f" · {firing.message}" if firing.message else ""
+    return f"{_clock(firing.time)}  {firing.severity:<8}  {firing.rule} ({where}) · {state}{message}"
+
+
+def describe(run: Run) -> list[str]:
+    """The lines ``monitor-async show`` prints for ``run``, read in one pass (memory per metric).
+
+    A header (the run's path and files, how many watches, pushed names,
+    metrics and records, its time span, its launches), a line per alert
+    episode, then per watch: its record count, step range and time span, and
+    for each metric its first and last value and, for a counter with a rate,
+    the last rate. Numbers are in engineering notation (``88.6k``);
+    ``export`` writes them exactly.
+
+    Args:
+        run: the run, from [load_run][monitor_async._cli.runs.load_run].
 
     Returns:
         The lines, without line breaks.
@@ -88,22 +221,37 @@ def describe(run: Run) -> list[str]:
           metric      first       last   last rate
           frames         10         30        10/s
     """
-    files = ", ".join(f.name for f in run.files)
-    lines = [f"run: {run.path}  ({files})"]
-    if not run.records:
+    summary = Summary.of(run)
+    files = ", ".join(f.name for f in run.files[:6]) + (f" and {len(run.files) - 6} more" if len(run.files) > 6 else "")
+    fmt = {"torchrl": "TorchRL CSVLogger", "tensorboard": "TensorBoard"}.get(run.kind)
+    lines = [f"run: {run.path}  ({files})" + (f"  [{fmt}]" if fmt else "")]
+    if not summary.records:
         lines.append("no records yet" + (f" ({count(run.skipped, 'unreadable line')} skipped)" if run.skipped else ""))
         return lines
-    watches = run.watches()
-    metrics = {k for r in run.records for k in r.metrics}
-    start, end = run.records[0].time, run.records[-1].time
-    summary = (
-        f"{count(len(watches), 'watch')} · {count(len(metrics), 'metric')} · {count(len(run.records), 'record')} · "
-        f"{_clock(start, date=True)} → {_clock(end)} ({duration(end - start)})"
-    )
+    names = len(summary.watches)
+    polled = summary.polled()
+    pushed = 0 if polled is None else max(0, names - polled)
+    head = [count(names - pushed, "watch")]
+    if pushed:
+        head[0] += f", {count(pushed, 'pushed name')}"
+    head += [count(len({k for w in summary.watches.values() for k in w.first}), "metric"),
+             count(summary.records, "record")]
+    if run.timed:
+        start, end = summary.start, summary.end
+        head.append(f"{_clock(start, date=True)} → {_clock(end)} ({duration(end - start)})")
+    text = " · ".join(head)
     if run.skipped:
-        summary += f" · {count(run.skipped, 'unreadable line')} skipped"
-    lines.append(summary)
-    for name, records in watches.items():
+        text += f" · {count(run.skipped, 'unreadable line')} skipped"
+    lines.append(text)
+    if summary.files_launches > 1:
+        marks = ", ".join(
+            f"{_clock(launch.time)}" + (f" (pid {launch.info['pid']})" if "pid" in launch.info else "")
+            for launch in summary.launches[:5]
+        )
+        lines.append(f"{summary.files_launches} launches appended to the same file: later ones began at {marks}")
+    for firing, resolved in episodes(summary.alerts):
+        lines.append("alert " + alert_line(firing, resolved))
+    for w in summary.watches.values():
         lines.append("")
-        lines += _watch(name, records)
+        lines += _watch(w, run.timed)
     return lines

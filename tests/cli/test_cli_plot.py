@@ -39,8 +39,9 @@ def test_plot_writes_a_png_with_a_panel_per_metric(run_dir: Path, tmp_path: Path
     out = cli("plot", str(run_dir), "-o", str(png))
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert lines[0].startswith(f"wrote {png}: ") and lines[0].endswith(" panels of 5 watches")
+    assert lines[0].startswith(f"wrote {png}: ") and lines[0].endswith(" panels of 4 watches")
     assert lines[1].startswith("not drawn, never changed (--all draws them): ")
+    assert "the monitor's own counters" in lines[2] and "--monitor draws them" in lines[2]
     assert "replay_buffer/capacity=50k" in lines[1]
     assert png.stat().st_size > 50_000
     pixels = imread(png)

@@ -153,8 +153,9 @@ def test_a_directory_with_no_run_fails_with_a_clear_message(runs: Runs, tmp_path
         out = cli(command[0], str(empty), *command[1:])
         assert out.returncode == 1, out
         assert out.stderr.strip() == (
-            f"monitor-async {command[0]}: no run in {empty}: it holds no .jsonl file of JSONLSink "
-            "and no .csv file of CSVSink"
+            f"monitor-async {command[0]}: no run in {empty}: it holds no .jsonl file of JSONLSink, "
+            "no .csv file of CSVSink, no TorchRL CSVLogger folder (scalars/*.csv) "
+            "and no TensorBoard event file (events.out.tfevents.*)"
         )
         assert "Traceback" not in out.stderr
     out = cli("show", str(runs.both.parent))

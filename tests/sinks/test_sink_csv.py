@@ -89,7 +89,10 @@ async def test_appending_to_an_existing_file_writes_no_second_header(tmp_path: P
             await monitor.step()
     rows = read(path)
     assert rows.count(HEADER) == 1 and rows[0] == HEADER
-    assert [row[1] for row in rows[1:]] == ["run0", "run0", "run1", "run1", "run2", "run2"]
+    names = [row[1] for row in rows[1:]]
+    assert names == ["run0", "run0", "__launch__", "run1", "run1", "__launch__", "run2", "run2"], "launches marked"
+    launch = rows[3]
+    assert launch[2:4] == ["", "__launch__/pid"] and float(launch[4]) == os.getpid() and len(launch) == 5
 
 
 async def test_a_torn_last_row_is_cut_away_when_the_file_is_opened_again(tmp_path: Path) -> None:
@@ -97,7 +100,10 @@ async def test_a_torn_last_row_is_cut_away_when_the_file_is_opened_again(tmp_pat
     path.write_text("time,name,step,metric,value\n1.0,old,,old/x,1.0\n2.0,old,,old/x")  # crashed mid-row
     async with CSVSink(path) as sink:
         await sink.write([Record(name="new", step=None, time=3.0, metrics={"new/x": 3.0})])
-    assert read(path) == [HEADER, ["1.0", "old", "", "old/x", "1.0"], ["3.0", "new", "", "new/x", "3.0"]]
+    rows = read(path)
+    assert [r for r in rows if r[1] != "__launch__"] == [
+        HEADER, ["1.0", "old", "", "old/x", "1.0"], ["3.0", "new", "", "new/x", "3.0"]]
+    assert [r[1] for r in rows].index("__launch__") == 2, "the new launch is marked before its rows"
 
 
 async def test_a_file_with_another_header_is_refused_and_left_alone(tmp_path: Path) -> None:

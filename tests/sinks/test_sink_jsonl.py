@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -66,9 +67,30 @@ async def test_appends_to_an_existing_file_and_cuts_away_a_torn_last_line(tmp_pa
     async with JSONLSink(path) as sink:
         await sink.write([Record(name="new", step=4, time=3.0, metrics={"new/x": 3.0})])
     raw = path.read_text().splitlines()
-    assert len(raw) == 2, "the partial line is gone; every line parses"
+    assert len(raw) == 3, "the partial line is gone; every line parses"
     assert json.loads(raw[0]) == {"time": 1.0, "name": "old", "step": None, "metrics": {}}
-    assert json.loads(raw[1]) == {"time": 3.0, "name": "new", "step": 4, "metrics": {"new/x": 3.0}}
+    launch = json.loads(raw[1])["launch"]
+    assert launch["pid"] == os.getpid() and launch["time"] > 3.0, "the new launch is marked before its records"
+    assert json.loads(raw[2]) == {"time": 3.0, "name": "new", "step": 4, "metrics": {"new/x": 3.0}}
+
+
+async def test_alert_events_are_strict_json_lines_the_readers_list(tmp_path: Path) -> None:
+    from monitor_async import AlertEvent
+    from monitor_async._cli.runs import load_run
+    from monitor_async._cli.show import Summary
+
+    path = tmp_path / "m.jsonl"
+    firing = AlertEvent("nonfinite learner/loss", "firing", "critical", "learner", "learner/loss",
+                        float("nan"), 10.0, 10.0, {}, "learner/loss is nan")
+    async with JSONLSink(path) as sink:
+        await sink.write([Record(name="learner", step=1, time=9.0, metrics={"learner/loss": 1.0})])
+        await sink.alert(firing)
+    lines = path.read_text().splitlines()
+    alert = json.loads(lines[1], parse_constant=lambda c: pytest.fail(f"not strict JSON: {c}"))
+    assert alert["time"] == 10.0 and alert["alert"]["value"] == "nan" and alert["alert"]["state"] == "firing"
+    run = load_run(path)
+    assert len(run.records) == 1, "an alert line is not a record"
+    assert [e.rule for e in Summary.of(run).alerts] == ["nonfinite learner/loss"] and run.skipped == 0
 
 
 async def test_a_directory_path_is_reported_through_on_error(
