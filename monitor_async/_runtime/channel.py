@@ -31,7 +31,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from .._core.exceptions import SinkError
+from .._core.exceptions import PartialWriteError, SinkError
 from .._core.guard import as_error, call_guarded, must_propagate, wait_done
 from .._core.loggers import as_sink, is_async_callable
 from .._core.names import unique
@@ -149,7 +149,11 @@ class Channel(RecordQueue):
             self.failing = False
         else:
             self.failures += 1
-            self.dropped += count
+            # a partial failure: the sink stored all but `failed` records of the batch
+            failed = error.failed if isinstance(error, PartialWriteError) and 0 <= error.failed <= count else count
+            self.written += count - failed
+            self.dropped += failed
+            count = failed
             if not quiet:  # (quiet: it propagates, its caller sees it)
                 message = f"sink {self.label!r} failed to write {count} records: {describe(error)}"
                 self.errors.report(message, as_error(error, SinkError, message), first=not self.failing)

@@ -487,8 +487,8 @@ class Monitor:
         """Pushes values from your own loop: they become a record named ``name``, written to every sink.
 
         Safe from any thread and from the monitor's loop; it never blocks and
-        never raises on what it is given: the mapping is copied and queued
-        (about half a microsecond), and made into a record on the monitor's
+        never raises on what it is given: the mapping is copied, nested
+        mappings included, and queued (about a microsecond), and made into a record on the monitor's
         loop with the same flattening, coercion and counting as a polled
         snapshot (keys ``"<name>/<metric>"``; non-numeric values left out and
         counted in ``values_dropped``; a push that is not a mapping is an
@@ -503,7 +503,7 @@ class Monitor:
                 be the name of a watch (``ConfigError``: two sources would share
                 one chart namespace and, in TensorBoard and wandb, one x-axis).
             metrics: a mapping of numbers; nested mappings are flattened with
-                ``/``. It is copied, so you may reuse it at once.
+                ``/``. It is copied whole, so you may reuse it (and what it nests) at once.
             step: the record's step (an int: TensorBoard's ``global_step``,
                 wandb's and MLflow's step), or ``None`` for the sinks to number
                 the records of ``name`` themselves.
@@ -524,7 +524,11 @@ class Monitor:
             >>> asyncio.run(main())
             [('learner', 10, {'learner/loss': 0.25, 'learner/lr': 0.0003})]
         """
-        if name not in self._pushed:
+        try:
+            known = name in self._pushed
+        except TypeError:  # an unhashable name: a dropped push, reported on the loop
+            known = True
+        if not known:
             self._claim_push_name(name)
         self._pushes.push(name, metrics, step)
 
@@ -651,6 +655,9 @@ class Monitor:
         """
         async with self._stop_lock_here():
             if self._stopped:
+                if self._pushes.waiting:  # pushed after the last stop(): written all the same
+                    self._pushes.drain()
+                    await self._drain_and_flush()
                 self._raise_pending()
                 return
             if not self._finals_taken:

@@ -176,8 +176,8 @@ class SyncMonitor:
     def log(self, name: str, metrics: Mapping[str, Any], *, step: int | None = None) -> None:
         """Pushes values from your own loop, from any thread, without waiting for the monitor's loop.
 
-        The mapping is copied and queued (about half a microsecond on the
-        calling thread); the monitor's loop makes it a record named ``name``
+        The mapping is copied (nested mappings too) and queued (about a
+        microsecond on the calling thread); the monitor's loop makes it a record named ``name``
         and writes it to every sink, like a polled snapshot. Everything pushed
         before ``stop()``, ``close()`` or the end of a ``with`` block is written
         by the time it returns. See :meth:`Monitor.log`.
