@@ -259,6 +259,22 @@ class Channel(RecordQueue):
         if self.task is None or self.task.done():
             self.task = asyncio.get_running_loop().create_task(self.run(), name=f"monitor-async sink {self.label}")
 
+    def forget_loop(self) -> None:
+        """The loop closed under a running monitor: its tasks died with it; what is queued waits for the next.
+
+        A write that was in flight there never ends: its records are counted
+        as abandoned.
+        """
+        self.task = None
+        self._drains.clear()
+        self._wake = None
+        if self.writing is not None:
+            self.abandoned += self.in_flight
+            self.in_flight = 0
+            self.writing = None
+            self.epoch += 1
+        self._settlers = []  # their futures belong to the closed loop
+
     async def halt(self, limit: float | None = None) -> bool:
         """Cancels the writer task and any drain task; waits at most ``limit`` seconds for them to end.
 
