@@ -8,7 +8,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from monitor_async._core import Ranks, Record, ThreadedSink, check_ranks, keep_apart
+from monitor_async._core import PartialWriteError, Ranks, Record, ThreadedSink, check_ranks, keep_apart
 
 from ._text import escape
 
@@ -147,17 +147,28 @@ class TensorBoardSink(ThreadedSink):
         write = self._events.write_event
         event, summary, value = self._event, self._summary, self._value
         index = self._index
+        failed: list[tuple[Record, Exception]] = []
         for r in records:
             n = index.get(r.name, 0)
             index[r.name] = n + 1
             try:
-                values = [value(tag=k, simple_value=v) for k, v in r.metrics.items()]
-            except UnicodeEncodeError:  # a tag UTF-8 cannot encode: escaped, the record's other values as usual
-                values = self._escaped(r.metrics)
-            write(event(wall_time=r.time, step=n if r.step is None else r.step, summary=summary(value=values)))
+                try:
+                    values = [value(tag=k, simple_value=v) for k, v in r.metrics.items()]
+                except UnicodeEncodeError:  # a tag UTF-8 cannot encode: escaped, the record's other values as usual
+                    values = self._escaped(r.metrics)
+                write(event(wall_time=r.time, step=n if r.step is None else r.step, summary=summary(value=values)))
+            except (ValueError, TypeError, OverflowError) as exc:  # this record only (a step protobuf cannot hold)
+                failed.append((r, exc))
         self._dirty = True
         if time.monotonic() - self._flushed >= self.flush_secs:
             self.flush_blocking()
+        if failed:
+            first, cause = failed[0]
+            raise PartialWriteError(
+                f"TensorBoardSink could not store {len(failed)} of {len(records)} records (the others are "
+                f"written), the first {first.name!r} at step {first.step!r}: {cause!r}",
+                failed=len(failed),
+            ) from cause
 
     def _escaped(self, metrics: dict[str, float]) -> list[Any]:
         """The summary values of ``metrics``, each tag UTF-8 cannot encode escaped (and counted)."""

@@ -16,6 +16,7 @@ existed, so ``except ValueError`` / ``except RuntimeError`` keep working::
     │   └── PollTimeoutError(TimeoutError)  stats() did not answer within the watch's timeout
     └── SinkError                        a sink failed
         ├── SinkClosedError(RuntimeError)   a closed sink was written to or opened
+        ├── PartialWriteError               a sink stored a batch but for some of its records
         └── DeliveryError                   a network sink could not deliver a batch (status, retryable)
 
 Errors raised *by user code* (a target's ``stats()``, a sink's ``write``)
@@ -37,6 +38,7 @@ __all__ = [
     "DeliveryError",
     "MonitorClosedError",
     "MonitorError",
+    "PartialWriteError",
     "PollError",
     "PollTimeoutError",
     "RunNotFoundError",
@@ -95,6 +97,29 @@ class SinkError(MonitorError):
 
 class SinkClosedError(SinkError, RuntimeError):
     """A closed sink was written to or opened again."""
+
+
+class PartialWriteError(SinkError):
+    """A sink stored a batch except ``failed`` of its records: the channel counts only those as dropped.
+
+    Raised by a sink's ``write`` after it wrote every record it could, so that
+    one record the backend cannot store (a step TensorBoard cannot encode)
+    costs that record only, and ``sink/<label>/written`` says what reached
+    the backend.
+
+    Args:
+        message: what failed, naming the sink and the first record's error.
+        failed: how many records of the batch were not stored.
+
+    Examples:
+        >>> from monitor_async import PartialWriteError
+        >>> PartialWriteError("TensorBoardSink: 1 record not stored", failed=1).failed
+        1
+    """
+
+    def __init__(self, message: str, *, failed: int) -> None:
+        super().__init__(message)
+        self.failed = failed
 
 
 def _retryable(status: int | None) -> bool:

@@ -112,24 +112,34 @@ def as_mapping(raw: object, watch: str) -> tuple[dict[Any, Any], int]:
     """A private copy of ``raw`` (so a target mutating it cannot break the read), and how many reads failed.
 
     A ``dict`` (or subclass) is copied whole. Any other mapping is read key
-    by key: a key whose read raises is left out and counted. Iterating the
-    mapping itself must work: its error fails the poll (a ``TypeError`` as
-    :class:`~monitor_async.StatsTypeError` naming the watch). Raises
-    ``StatsTypeError`` naming the watch when ``raw`` is not a mapping.
+    by key: a key whose read raises is left out and counted, unless no read
+    succeeds (then the poll fails, naming the watch and the first error).
+    Iterating the mapping itself must work: its error fails the poll (a
+    ``TypeError`` as :class:`~monitor_async.StatsTypeError` naming the
+    watch). Raises ``StatsTypeError`` naming the watch when ``raw`` is not a
+    mapping.
     """
     if not isinstance(raw, Mapping):
         raise StatsTypeError(
             f"stats() of watch {watch!r} returned {type(raw).__name__}, expected a mapping of scalars"
         )
+    errors: list[Exception] = []
     try:
-        return _copy(raw)
+        copy, failed = _copy(raw, errors)
     except TypeError as exc:
         raise StatsTypeError(
             f"stats() of watch {watch!r} returned a {type(raw).__name__} that could not be read: {describe(exc)}"
         ) from exc
+    if errors and not copy:  # nothing could be read: a failure of the poll, not an empty record
+        raise StatsTypeError(
+            f"stats() of watch {watch!r} returned a {type(raw).__name__} none of whose {failed} values could be "
+            f"read: {describe(errors[0])}"
+        ) from errors[0]
+    return copy, failed
 
 
-def _copy(raw: Mapping[Any, Any]) -> tuple[dict[Any, Any], int]:
+def _copy(raw: Mapping[Any, Any], errors: list[Exception] | None = None) -> tuple[dict[Any, Any], int]:
+    """A dict of ``raw`` and how many reads failed; ``errors`` (when given) gets the first read's error."""
     if isinstance(raw, dict):
         return dict(raw), 0
     out: dict[Any, Any] = {}
@@ -137,8 +147,10 @@ def _copy(raw: Mapping[Any, Any]) -> tuple[dict[Any, Any], int]:
     for key in raw:
         try:
             out[key] = raw[key]
-        except Exception:  # noqa: BLE001 - one unreadable value costs only itself
+        except Exception as exc:  # noqa: BLE001 - one unreadable value costs only itself
             failed += 1
+            if errors is not None and not errors:
+                errors.append(exc)
     return out, failed
 
 

@@ -24,7 +24,9 @@ Examples:
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import socket
 import sys
 from collections.abc import Mapping
@@ -33,6 +35,8 @@ from typing import Any, Literal
 
 from .exceptions import ConfigError
 from .record import EMPTY_SOURCE, Source
+
+log = logging.getLogger("monitor_async")
 
 __all__ = [
     "RANKS",
@@ -106,14 +110,40 @@ class World:
         return self.rank == 0
 
 
-def _int(environ: Mapping[str, str], key: str) -> int | None:
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+_warned: set[frozenset[tuple[str, str]]] = set()  # malformed variables already warned about, once per process
+
+
+def _int(environ: Mapping[str, str], key: str, malformed: list[tuple[str, str]] | None = None) -> int | None:
+    """The integer in ``environ[key]`` (ASCII digits only), or ``None``; a malformed value goes to ``malformed``."""
     value = environ.get(key)
-    if value is None or not value.strip().lstrip("-").isdigit():
+    if value is None:
         return None
-    return int(value)
+    if _INTEGER.fullmatch(value.strip()) is None:
+        if malformed is not None:
+            malformed.append((key, value))
+        return None
+    return int(value.strip())
 
 
-def _from_torch(environ: Mapping[str, str]) -> World | None:
+def _warn_malformed(malformed: list[tuple[str, str]], found: World) -> None:
+    """One warning per set of malformed variables: what they held and what this process is taken as."""
+    key = frozenset(malformed)
+    if not malformed or key in _warned:
+        return
+    _warned.add(key)
+    held = ", ".join(f"{name}={value!r}" for name, value in malformed)
+    sinks = (
+        "it opens every sink, ranks='main' ones included" if found.main
+        else "it opens only the sinks built with ranks='all'"
+    )
+    log.warning(
+        "monitor-async: %s: not an integer, skipped; this process is taken as rank %d of %d (%s): %s",
+        held, found.rank, found.world_size, found.found, sinks,
+    )
+
+
+def _from_torch(environ: Mapping[str, str], malformed: list[tuple[str, str]]) -> World | None:
     """The initialised default process group, when the program imported torch.distributed (never imports it)."""
     dist: Any = sys.modules.get("torch.distributed")
     if dist is None:
@@ -124,7 +154,7 @@ def _from_torch(environ: Mapping[str, str]) -> World | None:
         rank, size = int(dist.get_rank()), int(dist.get_world_size())
     except (RuntimeError, ValueError, AttributeError):
         return None
-    local = _int(environ, "LOCAL_RANK")
+    local = _int(environ, "LOCAL_RANK", malformed)
     return World(rank, size, local if local is not None else rank, socket.gethostname(), "torch.distributed")
 
 
@@ -142,7 +172,9 @@ def world(*, environ: Mapping[str, str] | None = None) -> World:
 
     Returns:
         A :class:`World`. Variables that are missing or not integers are
-        skipped; a launcher whose rank is out of range is skipped too.
+        skipped (one that is set but not an integer is warned about once,
+        naming it and what it held, and what the process is taken as); a
+        launcher whose rank is out of range is skipped too. Never raises.
 
     Examples:
         >>> w = world(environ={"SLURM_PROCID": "2", "SLURM_NTASKS": "4", "SLURM_LOCALID": "0"})
@@ -152,15 +184,19 @@ def world(*, environ: Mapping[str, str] | None = None) -> World:
         1
     """
     env = os.environ if environ is None else environ
-    found = _from_torch(env)
-    if found is not None:
-        return found
+    malformed: list[tuple[str, str]] = []
+    found = _from_torch(env, malformed) or _from_launchers(env, malformed)
+    _warn_malformed(malformed, found)
+    return found
+
+
+def _from_launchers(env: Mapping[str, str], malformed: list[tuple[str, str]]) -> World:
     host = socket.gethostname()
     for name, rank_key, size_key, local_key in _LAUNCHERS:
-        rank, size = _int(env, rank_key), _int(env, size_key)
+        rank, size = _int(env, rank_key, malformed), _int(env, size_key, malformed)
         if rank is None or size is None or size < 1 or not 0 <= rank < size:
             continue
-        local = _int(env, local_key)
+        local = _int(env, local_key, malformed)
         return World(rank, size, rank if local is None else local, host, name)
     return World(0, 1, 0, host, "single")
 

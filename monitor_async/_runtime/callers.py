@@ -97,6 +97,10 @@ class Caller:
     def timed_out(self) -> None:
         """The awaitable returned by :meth:`call` was not done in time."""
 
+    def abandon(self) -> bool:
+        """Gives up on a call still running (its watch was removed); whether there was one."""
+        return False
+
 
 _UNBOUND: Any = object()
 
@@ -185,6 +189,13 @@ class _FutureCaller(Caller):
 
     def timed_out(self) -> None:
         self._abandoned = True
+
+    def abandon(self) -> bool:
+        pending = self._pending
+        if pending is None or pending.done():
+            return False
+        self.timed_out()
+        return True
 
     async def _result(self, pending: Future[Any]) -> Any:
         """The call's result; an awaitable result (a coroutine, an ObjectRef) is awaited too."""

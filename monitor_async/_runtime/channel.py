@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from .._core.alerts import AlertEvent
-from .._core.exceptions import SinkError
+from .._core.exceptions import PartialWriteError, SinkError
 from .._core.guard import as_error, call_guarded, must_propagate, within
 from .._core.loggers import as_sink, is_async_callable
 from .._core.names import unique
@@ -201,7 +201,11 @@ class Channel:
     ) -> None:
         self.write_seconds += time.perf_counter() - start
         outcome = "abandoned" if cancelled else "written" if error is None else "dropped"
-        if not self.records.end(epoch, count, outcome):  # abandoned at stop meanwhile: counted there
+        if isinstance(error, PartialWriteError) and 0 <= error.failed <= count:
+            count, stored = error.failed, count - error.failed  # the sink stored all but `failed` records
+        else:
+            stored = 0
+        if not self.records.end(epoch, count, outcome, stored):  # abandoned at stop meanwhile: counted there
             return
         if cancelled:
             log.warning(
@@ -327,6 +331,17 @@ class Channel:
         """Starts the background writer on the running loop."""
         if self.task is None or self.task.done():
             self.task = asyncio.get_running_loop().create_task(self.run(), name=f"monitor-async sink {self.label}")
+
+    def forget_loop(self) -> None:
+        """The loop closed under a running monitor: its tasks died with it; what is queued waits for the next.
+
+        A write that was in flight there never ends: its records are counted
+        as abandoned.
+        """
+        self.task = None
+        self._drains.clear()
+        self._events_sent = []  # their futures belong to the closed loop
+        self.records.forget_loop()
 
     async def halt(self, limit: float | None = None) -> bool:
         """Cancels the writer task and any drain task; waits at most ``limit`` seconds for them to end.

@@ -12,7 +12,7 @@ class Counters:
     """The monitor's own cumulative poll counters (``Monitor.stats()``)."""
 
     __slots__ = (
-        "polls", "polls_failed", "polls_missed", "polls_timed_out", "records", "targets_dead", "targets_died",
+        "calls_abandoned", "polls", "polls_failed", "polls_missed", "polls_timed_out", "records", "targets_dead", "targets_died",
         "values_dropped",
     )
 
@@ -25,3 +25,4 @@ class Counters:
         self.values_dropped = 0
         self.targets_dead = 0  # dead targets polled with backoff now (_health)
         self.targets_died = 0
+        self.calls_abandoned = 0  # thread or Ray calls still running when their watch was removed

@@ -22,6 +22,7 @@ import functools
 import inspect
 import os
 import threading
+import weakref
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
 from typing import Any, TypeVar
@@ -65,10 +66,16 @@ async def _as_coroutine(fn: Callable[[], Awaitable[T]]) -> T:
     return await fn()
 
 
+_executors: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, PoolExecutor] = weakref.WeakKeyDictionary()
+"""The default executor of each loop of ours (asyncio has no public getter for it)."""
+
+
 def new_loop() -> asyncio.AbstractEventLoop:
     """A loop of ours, whose default executor (aiofiles' file calls) is made of daemon threads we can join."""
     loop = asyncio.new_event_loop()
-    loop.set_default_executor(PoolExecutor(min(32, (os.cpu_count() or 1) + 4), "monitor-async-files"))
+    executor = PoolExecutor(min(32, (os.cpu_count() or 1) + 4), "monitor-async-files")
+    loop.set_default_executor(executor)
+    _executors[loop] = executor
     return loop
 
 
@@ -83,8 +90,8 @@ def close_loop(loop: asyncio.AbstractEventLoop, grace: float) -> None:
             loop.run_until_complete(asyncio.wait(tasks, timeout=grace))
         shutdown = loop.create_task(loop.shutdown_asyncgens())
         loop.run_until_complete(asyncio.wait({shutdown}, timeout=grace))
-        executor = getattr(loop, "_default_executor", None)
-        if isinstance(executor, PoolExecutor):
+        executor = _executors.pop(loop, None)
+        if executor is not None:
             executor.shutdown(wait=True)
     except BaseException as exc:  # noqa: BLE001 - best effort: the loop closes anyway
         log.debug("monitor-async: closing a loop: %r", exc)

@@ -50,6 +50,16 @@ def _positive(name: str, value: float | None, *, integer: bool = False, zero: bo
         raise ConfigError(f"Monitor: {name} must be {kind}, got {value!r}")
 
 
+def _gone(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether ``loop`` ended (closed, or stopped in this thread) while a monitor was started on it."""
+    if loop.is_closed():
+        return True
+    try:
+        return asyncio.get_running_loop() is not loop and not loop.is_running()
+    except RuntimeError:
+        return False
+
+
 def _default_name(target: Any) -> str:
     """The lowercase class name; for a manager proxy or a Ray actor handle, the class behind it."""
     name = type(target).__name__
@@ -191,8 +201,32 @@ class Monitor:
         self._finals_taken = False  # a stop() under way took the final snapshots already
         self._retired: list[threading.Thread] = []
         """Idle worker threads let go at the last stop() (they end promptly; ``SyncMonitor.close()`` joins them)."""
-        self._boards: list[Board] = []
-        """Where ``reduce=`` watches publish across ranks: their threads are retired with the others at stop()."""
+        self._boards: dict[str, Board] = {}
+        """Where ``reduce=`` watches publish across ranks, by watch name: their threads are retired with the
+        others at stop(), and a board goes with its watch at ``unwatch()``."""
+
+    def __reduce__(self) -> Any:
+        raise TypeError(
+            "cannot pickle a Monitor: it owns tasks, threads and its sinks; create one in the child process "
+            "(build a Monitor there, with sinks of its own)"
+        )
+
+    @property
+    def retired_threads(self) -> list[threading.Thread]:
+        """The idle worker threads let go at the last ``stop()``: they end promptly, so a caller may join them."""
+        return list(self._retired)
+
+    def stop_bound(self) -> float:
+        """Seconds within which ``stop()`` returns whatever hangs (see its docstring), with some slack."""
+        longest = max((w.timeout for w in self._watches.values()), default=0.0)
+        return 2 * longest + (2 if self.close_sinks else 1) * self.stop_timeout + 4 * GRACE + 1.0
+
+    def rearm(self) -> None:
+        """Lets the next ``stop()`` do its work again (final snapshots, drain, flush) without starting to poll.
+
+        What ``start()`` does in manual mode, for a facade that drives ``step()`` itself.
+        """
+        self._stopped = False
 
     @property
     def sinks(self) -> list[Any]:
@@ -393,19 +427,21 @@ class Monitor:
         try:
             if group:
                 board: Board = LocalBoard()
+                members = len(target)
                 for i, member in enumerate(target):
                     added.append(self._add(member, f"{base}/{i}", options, publisher(board, i, spec)))
                 count = "targets"
             else:
                 board = board_for(spec.via, spec.store, base, world)
-                self._boards.append(board)  # its threads are retired when the monitor stops
+                members = world.world_size
+                self._boards[base] = board  # its threads are retired when the monitor stops
                 added.append(self._add(target, base, options, publisher(board, world.rank, spec)))
                 count = "ranks"
             if group or world.main:
                 # the member's step key, when it is reduced by one reduction (samples: sum), steps "/all" too
                 step = options.get("step")
                 outputs = {key: out for key, _, out in spec.metrics() if isinstance(spec.keys[key], str)}
-                added.append(self._add(Reduction(board, spec, stale, count), f"{base}/all", dict(
+                added.append(self._add(Reduction(board, spec, stale, count, members), f"{base}/all", dict(
                     step=outputs.get(step) if step is not None else None,
                     poll_interval=interval,
                     offload="thread" if board.blocking else "inline",
@@ -415,24 +451,38 @@ class Monitor:
         except BaseException:
             for added_name in added:
                 self.unwatch(added_name)
+            self._drop_board(base)
             raise
         self._linked[base] = added
         return base
 
     def unwatch(self, name: str) -> None:
-        """Stops polling the named target (the target itself is left alone); a reduced watch goes whole."""
+        """Stops polling the named target (the target itself is left alone); a reduced watch goes whole.
+
+        A ``stats()`` call of the watch still running on a worker thread is
+        abandoned (counted in ``calls_abandoned``): its thread slot goes to the
+        other watches at once.
+        """
         linked = self._linked.pop(name, [])
         for other in linked:
             if other != name:
                 self.unwatch(other)
+        self._drop_board(name)
         if linked and name not in self._watches:  # a group: only its members and "<name>/all" are watches
             return
         if name not in self._watches:
             raise KeyError(f"No watch named {name!r}")
-        del self._watches[name]
+        watch = self._watches.pop(name)
+        if watch.caller.abandon():
+            self._counters.calls_abandoned += 1
         task = self._tasks.pop(name, None)
         if task is not None:
             task.cancel()
+
+    def _drop_board(self, name: str) -> None:
+        board = self._boards.pop(name, None)
+        if board is not None:
+            self._retired.extend(board.retire())
 
     def watches(self) -> dict[str, str]:
         """``{watch name: how its stats() is called}`` (``inline``, ``thread``, ``remote``)."""
@@ -450,8 +500,8 @@ class Monitor:
         """Pushes values from your own loop: they become a record named ``name``, written to every sink.
 
         Safe from any thread and from the monitor's loop; it never blocks and
-        never raises on what it is given: the mapping is copied and queued
-        (about half a microsecond), and made into a record on the monitor's
+        never raises on what it is given: the mapping is copied, nested
+        mappings included, and queued (about a microsecond), and made into a record on the monitor's
         loop with the same flattening, coercion and counting as a polled
         snapshot (keys ``"<name>/<metric>"``; non-numeric values left out and
         counted in ``values_dropped``; a push that is not a mapping is an
@@ -466,7 +516,7 @@ class Monitor:
                 be the name of a watch (``ConfigError``: two sources would share
                 one chart namespace and, in TensorBoard and wandb, one x-axis).
             metrics: a mapping of numbers; nested mappings are flattened with
-                ``/``. It is copied, so you may reuse it at once.
+                ``/``. It is copied whole, so you may reuse it (and what it nests) at once.
             step: the record's step (an int: TensorBoard's ``global_step``,
                 wandb's and MLflow's step), or ``None`` for the sinks to number
                 the records of ``name`` themselves.
@@ -487,7 +537,11 @@ class Monitor:
             >>> asyncio.run(main())
             [('learner', 10, {'learner/loss': 0.25, 'learner/lr': 0.0003})]
         """
-        if name not in self._pushed:
+        try:
+            known = name in self._pushed
+        except TypeError:  # an unhashable name: a dropped push, reported on the loop
+            known = True
+        if not known:
             self._claim_push_name(name)
         self._pushes.push(name, metrics, step)
 
@@ -573,6 +627,8 @@ class Monitor:
         the first now, each next one ``interval / 64`` later, so that a crowd's
         polls are spread over the interval instead of making one burst.
         """
+        if self._loop is not None and _gone(self._loop):
+            self._forget_loop()  # the last loop ended without stop(): start afresh on this one
         if self._loop is not None:
             if not self._finals_taken:
                 return self
@@ -590,6 +646,18 @@ class Monitor:
             self._spawn(watch)
         self._pushes.attach(self._loop)
         return self
+
+    def _forget_loop(self) -> None:
+        """Lets go of a loop that closed under a running monitor: its tasks died with it."""
+        log.info("monitor-async: the loop this monitor ran on ended without stop(); starting afresh")
+        self._tasks.clear()
+        self._pushes.attach(None)
+        for channel in self._channels:
+            channel.forget_loop()
+        for watch in self._watches.values():
+            watch.background = False
+        self._loop = None
+        self._finals_taken = False
 
     async def stop(self, *, log_final: bool | None = None) -> None:
         """Stops polling, logs final snapshots, drains every queue and flushes every sink.
@@ -612,8 +680,13 @@ class Monitor:
                 (``False``), or of those whose ``log_on_close`` holds (``None``,
                 the default).
         """
+        if self._loop is not None and _gone(self._loop):
+            self._forget_loop()
         async with self._stop_lock_here():
             if self._stopped:
+                if self._pushes.waiting:  # pushed after the last stop(): written all the same
+                    self._pushes.drain()
+                    await self._drain_and_flush()
                 self._raise_pending()
                 return
             if not self._finals_taken:
@@ -636,11 +709,6 @@ class Monitor:
                 self._stop_event.set()
             self._loop = None
         self._raise_pending()
-
-    def _stop_bound(self) -> float:
-        """Seconds within which stop() returns, whatever hangs (see its docstring), with some slack."""
-        longest = max((w.timeout for w in self._watches.values()), default=0.0)
-        return 2 * longest + (2 if self.close_sinks else 1) * self.stop_timeout + 4 * GRACE + 1.0
 
     def _stop_lock_here(self) -> asyncio.Lock:
         """The lock that serialises stop() calls, made for the running loop (a restart may use another)."""
@@ -716,7 +784,7 @@ class Monitor:
         retired = self._pool.retire() if self._pool is not None else []
         for channel in self._channels:
             retired.extend(channel.retire_threads())
-        for board in self._boards:
+        for board in self._boards.values():
             retired.extend(board.retire())
         self._retired = retired
 
@@ -731,7 +799,9 @@ class Monitor:
 
         Keys: ``polls``, ``polls_failed``, ``polls_timed_out``, ``polls_missed``,
         ``records``, ``values_dropped``, ``watches``, ``targets_dead`` (dead
-        targets polled with backoff now), ``targets_died`` (deaths so far) and,
+        targets polled with backoff now), ``targets_died`` (deaths so far), ``log_dropped`` (pushes that never
+        became a record), ``calls_abandoned`` (calls still running on a thread
+        when their watch was removed) and,
         per sink label, ``sink/<label>/queued`` (records waiting now),
         ``written``, ``dropped`` (pushed out of a full queue, or lost with a
         failed write), ``abandoned`` (given up on at ``stop()``: the sink
@@ -750,6 +820,7 @@ class Monitor:
             "targets_dead": float(c.targets_dead),
             "targets_died": float(c.targets_died),
             "log_dropped": float(self._pushes.dropped),
+            "calls_abandoned": float(c.calls_abandoned),
         }
         for channel in self._channels:
             channel.report(out)

@@ -1,10 +1,14 @@
 """Values pushed from the user's own loop: ``monitor.log(name, metrics, step=...)``.
 
-The caller's side is a few hundred nanoseconds, on any thread: the mapping is
-copied (the caller may reuse it), stamped with the time and appended to a
-bounded deque (``deque.append`` is atomic under the GIL). Nothing is checked,
-converted or logged there, so a bad value can neither raise in the training
-loop nor slow it. The first push after a drain asks the monitor's loop, once,
+The caller's side is about a microsecond, on any thread: the mapping is
+snapshot (:func:`snapshot`: nested mappings too, so the caller may reuse all
+of it), stamped with the time and appended to a bounded deque
+(``deque.append`` is atomic under the GIL). Nothing is checked, converted or
+logged there, so a bad value can neither raise in the training loop nor slow
+it. Pushes are counted with an ``itertools.count`` (``next()`` on it is atomic
+under the GIL, where ``+= 1`` from several threads is not), so that the pushes
+dropped are ``pushed - taken - waiting``: exact, whatever the drain does
+meanwhile. The first push after a drain asks the monitor's loop, once,
 to drain ``DRAIN_DELAY`` seconds later; every push until then only appends. So
 a loop that logs thousands of times a second wakes the event loop at most
 1 / ``DRAIN_DELAY`` times a second.
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import operator
 from collections import deque
 from collections.abc import Mapping
@@ -30,7 +35,7 @@ from typing import Any
 
 from .._core.policy import ErrorPolicy, describe
 from .._core.record import EMPTY_SOURCE, Record, Source, new_record
-from .._core.values import KeyCache, read
+from .._core.values import MAX_DEPTH, KeyCache, read
 from .fanout import Fanout
 
 __all__ = ["DRAIN_DELAY", "Pushes"]
@@ -43,6 +48,42 @@ _NAMES = 4096
 
 _Push = tuple[Any, Any, Any, float]
 
+_PLAIN = frozenset({float, int, bool, str, type(None)})
+"""Value types a snapshot keeps as they are (immutable, and not mappings)."""
+
+
+def snapshot(metrics: Any, depth: int = 0) -> Any:
+    """A private copy of a pushed ``metrics``, nested mappings included, taken on the caller's thread.
+
+    An exact ``dict`` of plain values costs one ``dict.copy()`` and one look
+    at each value's type; any other ``Mapping`` (``defaultdict``, ``UserDict``,
+    a class of the user's) is read into a ``dict``. Never raises: what cannot
+    be read here (a mapping whose reads raise, nesting past ``MAX_DEPTH``, a
+    non-mapping) is kept as it is, and the drain reports it as an error of
+    that push.
+
+    Examples:
+        >>> inner = {"lr": 0.1}
+        >>> copy = snapshot({"opt": inner})
+        >>> inner["lr"] = 9.0
+        >>> copy
+        {'opt': {'lr': 0.1}}
+    """
+    try:
+        if type(metrics) is dict:
+            copy = metrics.copy()
+        elif isinstance(metrics, Mapping) and depth < MAX_DEPTH:
+            copy = {key: metrics[key] for key in metrics}
+        else:
+            return metrics
+        plain = _PLAIN
+        for key, value in copy.items():
+            if type(value) not in plain and isinstance(value, Mapping) and depth < MAX_DEPTH:
+                copy[key] = snapshot(value, depth + 1)
+        return copy
+    except Exception:  # noqa: BLE001 - read again on the loop, where its error is reported
+        return metrics
+
 
 class Pushes:
     """The pushed values waiting for the monitor's loop, and how they become records.
@@ -53,14 +94,16 @@ class Pushes:
             stalled or not running).
         max_values: values kept per pushed mapping, as for a polled snapshot.
         errors: the monitor's ``on_error`` policy, for pushes that are not
-            mappings or whose name is not a string.
+            mappings or whose name is not a string (each also counted in
+            :attr:`dropped`).
+        fanout: the fan-out the records go to.
         source: the ``Record.source`` of every pushed record (the rank, in a
             job of several processes).
     """
 
     __slots__ = (
-        "_armed", "_caches", "_failing", "_items", "_loop", "dropped", "errors", "fanout", "limit", "max_values",
-        "source",
+        "_armed", "_caches", "_count", "_failed", "_failing", "_items", "_loop", "_reads", "_taken", "errors",
+        "fanout", "limit", "max_values", "source",
     )
 
     def __init__(
@@ -71,7 +114,10 @@ class Pushes:
         self.limit = limit
         self.max_values = max_values
         self.errors = errors
-        self.dropped = 0
+        self._count = itertools.count()  # next() is atomic: one per push, one per read of pushed
+        self._reads = 0
+        self._taken = 0  # pushes the drain took, made into records or failed
+        self._failed = 0  # pushes the drain took that could not be made into records
         self._items: deque[_Push] = deque(maxlen=limit)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._armed = False
@@ -81,10 +127,8 @@ class Pushes:
     # ------------------------------------------------------------ caller's side
     def push(self, name: Any, metrics: Any, step: Any) -> None:
         """Queues one push; never blocks, never raises on what it is given (any thread)."""
-        items = self._items
-        if len(items) == self.limit:
-            self.dropped += 1
-        items.append((name, metrics.copy() if type(metrics) is dict else metrics, step, _time()))
+        next(self._count)
+        self._items.append((name, snapshot(metrics), step, _time()))
         if not self._armed and self._loop is not None:
             self._arm()
 
@@ -119,12 +163,18 @@ class Pushes:
                 name, metrics, step, when = items.popleft()
             except IndexError:  # another drain took it
                 break
+            self._taken += 1
             try:
                 record, dropped = self._record(name, metrics, step, when)
             except Exception as exc:  # noqa: BLE001 - reported through on_error, never raised at the caller
-                label = name if isinstance(name, str) else repr(name)
-                self.errors.report(f"log({label!r}, ...): {describe(exc)}", exc, first=label not in self._failing)
-                self._failing.add(label)
+                self._failed += 1
+                label = name if isinstance(name, str) else _shown(name)
+                self.errors.report(
+                    f"log({label!r}, ...): {describe(exc)}; this push is dropped (counted in log_dropped)",
+                    exc, first=label not in self._failing,
+                )
+                if len(self._failing) < _NAMES:
+                    self._failing.add(label)
                 continue
             self._failing.discard(name)
             left_out += dropped
@@ -153,3 +203,27 @@ class Pushes:
     def waiting(self) -> int:
         """Pushes not yet made into records."""
         return len(self._items)
+
+    @property
+    def pushed(self) -> int:
+        """Pushes so far (every call of :meth:`push`)."""
+        pushed = next(self._count) - self._reads  # next() returns how many next() calls came before
+        self._reads += 1
+        return pushed
+
+    @property
+    def dropped(self) -> int:
+        """Pushes that never became a record: pushed out of the full queue, or not a valid push.
+
+        Exact once pushes stop: ``records made + dropped == pushed``.
+        """
+        waiting = len(self._items)  # before pushed: a push under way is then at worst counted early
+        return max(0, self.pushed - self._taken - waiting) + self._failed
+
+
+def _shown(name: Any) -> str:
+    """A name that is not a string, for a warning (whatever its ``repr`` does)."""
+    try:
+        return repr(name)[:200]
+    except Exception:  # noqa: BLE001 - a repr that raises is still a name we must show
+        return f"<{type(name).__name__}>"

@@ -110,15 +110,18 @@ class RecordQueue:
         self.in_flight = count
         return self.epoch
 
-    def end(self, epoch: int, count: int, outcome: str) -> bool:
-        """Counts a write that ended: ``outcome`` is ``"written"``, ``"dropped"`` or ``"abandoned"``.
+    def end(self, epoch: int, count: int, outcome: str, stored: int = 0) -> bool:
+        """Counts a write that ended: ``count`` records ``"written"``, ``"dropped"`` or ``"abandoned"``.
 
-        Returns False (and counts nothing) when the write's records were abandoned meanwhile.
+        ``stored``: records of a partly failed write that did reach the sink
+        (counted as written). Returns False (and counts nothing) when the
+        write's records were abandoned meanwhile.
         """
         if epoch != self.epoch:
             return False
         self.writing = None
         self.in_flight = 0
+        self.written += stored
         if outcome == "written":
             self.written += count
         elif outcome == "dropped":
@@ -175,6 +178,16 @@ class RecordQueue:
         self.dropping = False
         self.wake_settlers()
         return lost
+
+    def forget_loop(self) -> None:
+        """The loop closed: a write in flight there never ends (its records count as abandoned), waiters go."""
+        self.wake = None
+        if self.writing is not None:
+            self.abandoned += self.in_flight
+            self.in_flight = 0
+            self.writing = None
+            self.epoch += 1
+        self._settlers = []  # their futures belong to the closed loop
 
     def report(self, out: dict[str, float]) -> None:
         """Adds ``sink/<label>/queued``, ``written``, ``dropped``, ``abandoned`` and ``delivered`` to ``out``."""

@@ -150,15 +150,26 @@ class Reduction:
 
     ``stats()`` returns each reduced metric (for the keys at least one fresh
     member reported), ``<count>`` (``ranks`` or ``targets``: how many
-    snapshots went in) and ``stale`` (how many were left out).
+    snapshots went in) and ``stale`` (how many were left out: a member that
+    never published counts as stale once ``stale`` seconds have passed since
+    the first read).
+
+    Args:
+        board: where the members publish.
+        spec: what is reduced.
+        stale: seconds after which an unchanged (or missing) member is left out.
+        count: the name of the count key, ``"ranks"`` or ``"targets"``.
+        members: how many members there are (members ``0 .. members - 1``).
     """
 
-    def __init__(self, board: Board, spec: Reduce, stale: float, count: str) -> None:
+    def __init__(self, board: Board, spec: Reduce, stale: float, count: str, members: int) -> None:
         self.board = board
         self.metrics = spec.metrics()
         self.stale = stale
         self.count = count
+        self.members = members
         self.seen: dict[int, tuple[int, float]] = {}
+        self.started: float | None = None  # the first read: missing members are stale from stale seconds on
 
     def stats(self) -> Any:
         got = self.board.read()
@@ -187,6 +198,10 @@ class Reduction:
             found = [v[key] for v in fresh if key in v]
             if found:
                 out[name] = reduce_values(found, how)
+        if self.started is None:
+            self.started = now
+        if now - self.started > self.stale:
+            stale += sum(1 for member in range(self.members) if member not in latest)
         out[self.count] = float(len(fresh))
         out["stale"] = float(stale)
         return out

@@ -14,6 +14,7 @@ import atexit
 import concurrent.futures.thread  # noqa: F401 - registers its exit hook before ours (see the end)
 import contextlib
 import functools
+import os
 import threading
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
@@ -100,7 +101,20 @@ class SyncMonitor:
         self._closed = False
         self._used = False  # started or stepped at least once: polling was asked for
         self._warned = False
+        self._forked = False  # inherited by a forked child: inert there
         _live.add(self)
+
+    def __reduce__(self) -> Any:
+        raise TypeError(
+            f"cannot pickle a {type(self).__name__}: it owns an event loop thread, tasks and its sinks; "
+            f"create one in the child process (build a {type(self).__name__} there, with sinks of its own)"
+        )
+
+    def _inherit_in_fork(self) -> None:
+        """In a forked child: the loop thread did not come along, so the monitor is inert (closed) here."""
+        self._forked = True
+        self._closed = True
+        self._thread = None
 
     # ------------------------------------------------------------------ plumbing
     def _guard(self) -> None:
@@ -112,6 +126,11 @@ class SyncMonitor:
             )
 
     def _refuse_if_closed(self, call: str) -> None:
+        if self._forked:
+            raise MonitorClosedError(
+                f"SyncMonitor.{call}(): this monitor was inherited through fork() and is inert in the child; "
+                "create one in the child process"
+            )
         if self._closed:
             raise MonitorClosedError(
                 f"SyncMonitor.{call}(): this monitor is closed; build a new SyncMonitor (stop() keeps it "
@@ -176,8 +195,8 @@ class SyncMonitor:
     def log(self, name: str, metrics: Mapping[str, Any], *, step: int | None = None) -> None:
         """Pushes values from your own loop, from any thread, without waiting for the monitor's loop.
 
-        The mapping is copied and queued (about half a microsecond on the
-        calling thread); the monitor's loop makes it a record named ``name``
+        The mapping is copied (nested mappings too) and queued (about a
+        microsecond on the calling thread); the monitor's loop makes it a record named ``name``
         and writes it to every sink, like a polled snapshot. Everything pushed
         before ``stop()``, ``close()`` or the end of a ``with`` block is written
         by the time it returns. See :meth:`Monitor.log`.
@@ -201,6 +220,8 @@ class SyncMonitor:
             {'learner/loss': 0.5}
         """
         if self._closed:
+            if self._forked:  # inert in a forked child: nothing there would ever write it
+                return
             self._refuse_if_closed("log")
         self.monitor.log(name, metrics, step=step)
 
@@ -234,7 +255,7 @@ class SyncMonitor:
         self._refuse_if_closed("start")
         self._used = True
         if not self.background:
-            self.monitor._stopped = False
+            self.monitor.rearm()
             return self
         thread = self._loop_thread(True)
         assert thread is not None
@@ -256,12 +277,12 @@ class SyncMonitor:
         self._used = True
         busy = False
         try:
-            self._run(functools.partial(self.monitor.stop, log_final=log_final), self.monitor._stop_bound())
+            self._run(functools.partial(self.monitor.stop, log_final=log_final), self.monitor.stop_bound())
         except LoopBusy:
             busy = True
             log.warning(
                 "SyncMonitor.stop(): the monitor's loop did not answer within %gs (a call blocks it); gave up",
-                self.monitor._stop_bound(),
+                self.monitor.stop_bound(),
             )
         finally:
             if not busy:
@@ -277,7 +298,7 @@ class SyncMonitor:
             self._closed = True
             _live.discard(self)
             self._private.close()
-            join_all(self.monitor._retired, self._grace)
+            join_all(self.monitor.retired_threads, self._grace)
 
     def __enter__(self) -> SyncMonitor:
         return self.start()
@@ -294,7 +315,7 @@ class SyncMonitor:
         """A background monitor given watches that never polled: say so once (it is a silent no-op otherwise)."""
         if self._warned or self._used or self._closed or not self.background:
             return
-        names = list(self.monitor._watches)
+        names = list(self.monitor.watches())
         if not names:
             return
         self._warned = True
@@ -316,7 +337,7 @@ class SyncMonitor:
             return
         future = thread.submit(self.monitor.stop)
         try:
-            future.result(timeout=self.monitor._stop_bound() + 5.0)
+            future.result(timeout=self.monitor.stop_bound() + 5.0)
         except Exception as exc:  # noqa: BLE001 - best effort at interpreter exit
             log.warning("monitor-async: stopping a running SyncMonitor at exit failed: %r", exc)
 
@@ -370,6 +391,17 @@ class LoggerMonitor(SyncMonitor):
 
 
 _live: weakref.WeakSet[SyncMonitor] = weakref.WeakSet()
+
+
+def _inert_in_child() -> None:
+    """After ``os.fork()`` in the child: every monitor inherited is inert (its loop thread stayed in the parent)."""
+    for monitor in list(_live):
+        monitor._inherit_in_fork()
+    _live.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_inert_in_child)
 
 
 def _stop_running_monitors() -> None:

@@ -352,3 +352,32 @@ async def test_a_value_whose_conversion_raises_anything_drops_that_value_only(
     assert stats["polls_failed"] == 0
     assert monitor_warnings(caplog) == []
     assert [r.name for r in sink.records] == ["t", "lazy_top"]
+
+
+class EveryReadRaises(Mapping[str, Any]):
+    """A mapping whose keys list fine but whose every read raises."""
+
+    def __getitem__(self, key: str) -> Any:
+        raise ConnectionError(f"reading {key!r}: the server is gone")
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(["a", "b"])
+
+    def __len__(self) -> int:
+        return 2
+
+
+@pytest.mark.parametrize("offload", ["inline", "thread"])
+async def test_a_mapping_none_of_whose_values_can_be_read_is_a_poll_error_naming_the_watch(
+    offload: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    sink = MemorySink()
+    monitor = Monitor(sink)
+    monitor.watch(Settable(EveryReadRaises()), name="remote", offload=offload)  # type: ignore[arg-type]
+    with caplog.at_level(logging.WARNING, logger="monitor_async"):
+        logged = await monitor.step()
+    assert logged == {}
+    assert sink.records == []
+    assert monitor.stats()["polls_failed"] == 1
+    warnings = monitor_warnings(caplog)
+    assert len(warnings) == 1 and "'remote'" in warnings[0] and "the server is gone" in warnings[0]
