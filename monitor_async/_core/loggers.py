@@ -11,17 +11,20 @@ from __future__ import annotations
 
 import inspect
 import io
+import math
 import os
 import sys
-from collections.abc import Awaitable, Iterator, Sequence
+from collections.abc import Awaitable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from .exceptions import SinkTypeError
+from .names import DEFAULT_RATE_NAMES
+from .policy import log
 from .record import Record
 from .sink import ThreadedSink
 from .world import Ranks, check_ranks
 
-__all__ = ["LoggerSink", "Report", "as_sink", "is_async_callable"]
+__all__ = ["GLOBAL_STEP", "LoggerSink", "Report", "WideReports", "as_sink", "is_async_callable"]
 
 _STYLES = ("log_metrics", "log_scalar", "write")
 
@@ -99,49 +102,207 @@ def _discard(pending: list[Awaitable[Any]]) -> None:
 
 
 class Report:
-    """What an AgileRL-style ``logger.write(report)`` receives for one record.
+    """What an AgileRL-style ``logger.write(report)`` receives: one wide row of the run.
 
-    ``to_dict()`` is the record's namespaced metrics plus ``"<name>/step"``
-    when the step is known; ``to_nonscalar_dict()`` is empty; ``str(report)``
-    is a small readable table.
+    ``to_dict()`` holds every key of the sink's fixed key set (see
+    [LoggerSink][monitor_async.LoggerSink]): each watch's and pushed name's
+    latest values, ``"<name>/step"`` where a step is known, and
+    ``"train/global_step"``; a value not measured yet is NaN.
+    ``to_nonscalar_dict()`` is empty; ``str(report)`` is a small readable
+    table; ``records`` are the records that arrived since the previous report.
+
+    Args:
+        metrics: the report's values, in column order.
+        records: the records it was made from.
+
+    Examples:
+        >>> report = Report({"train/global_step": 1.0, "rb/size": 3.0})
+        >>> report.to_dict()["rb/size"]
+        3.0
     """
 
-    __slots__ = ("record",)
+    __slots__ = ("metrics", "records")
 
-    def __init__(self, record: Record) -> None:
-        self.record = record
+    def __init__(self, metrics: Mapping[str, float], records: Sequence[Record] = ()) -> None:
+        self.metrics = dict(metrics)
+        self.records = tuple(records)
 
     def to_dict(self) -> dict[str, float]:
-        out = dict(self.record.metrics)
-        if self.record.step is not None:
-            out[f"{self.record.name}/step"] = float(self.record.step)
-        return out
+        return dict(self.metrics)
 
     def to_nonscalar_dict(self) -> dict[str, Any]:
         return {}
 
     def __str__(self) -> str:
-        rows = self.to_dict()
+        rows = self.metrics
         width = max((len(k) for k in rows), default=0)
-        title = f"{self.record.name} (step {self.record.step})" if self.record.step is not None else self.record.name
+        step = rows.get(GLOBAL_STEP)
+        title = f"report (train/global_step {step:.0f})" if step is not None else "report"
         return "\n".join([title, *(f"  {k:<{width}}  {v:.6g}" for k, v in rows.items())])
 
     __repr__ = __str__
+
+
+GLOBAL_STEP = "train/global_step"
+"""The report key AgileRL's `TensorboardLogger` takes as its x-axis."""
+
+_HOLD = 64
+"""Reports held at most before the key set is fixed (a run whose first name never reports again)."""
+
+
+class WideReports:
+    """Turns the records a sink receives into wide reports under one fixed key set (AgileRL's loggers).
+
+    The rule, documented in docs/sinks.md: a report is made at the end of
+    each batch, and before a name's second record in one batch would hide
+    its first (so every value is in a report). Reports are held until the
+    name that reported first reports again (every watch has been polled and
+    the training loop has pushed), or until ``flush``; then the key set is
+    fixed: every key seen, the rate keys of TorchRL's counters present, and
+    ``keys``. A key that appears after that is warned about once and left
+    out (counted), or added with ``grow=True``.
+
+    Args:
+        label: the sink's label, for the warning.
+        keys: keys to put in the key set however late they appear.
+        grow: add later keys to the reports instead of leaving them out.
+    """
+
+    def __init__(self, label: str, keys: Iterable[str] = (), grow: bool = False) -> None:
+        self.label = label
+        self.declared = [str(k) for k in keys]
+        self.grow = grow
+        self.latest: dict[str, float] = {}
+        self.columns: dict[str, None] | None = None  # the fixed key set, in order
+        self.predicted: dict[str, None] = {}
+        self.held: list[Report] = []
+        self.since: list[Record] = []  # records since the previous report
+        self.names_since: set[str] = set()
+        self.first_name: str | None = None
+        self.reports = 0
+        self.values_left_out = 0
+        self.keys_left_out: set[str] = set()
+
+    def add(self, records: Sequence[Record]) -> list[Report]:
+        """The reports ready once ``records`` (one batch) are taken in."""
+        out: list[Report] = []
+        settle = False
+        for record in records:
+            name = record.name
+            if name in self.names_since:
+                out += self._cut(settle)
+            if self.first_name is None:
+                self.first_name = name
+            elif name == self.first_name and self.columns is None:
+                settle = True
+            self._take(record)
+        out += self._cut(settle)
+        return out
+
+    def drain(self) -> list[Report]:
+        """The held reports and the records not reported yet (at flush and close): fixes the key set."""
+        return self._cut(True) + self._release()
+
+    def _take(self, record: Record) -> None:
+        latest = self.latest
+        latest.update(record.metrics)
+        prefix = record.name + "/"
+        if record.step is not None:
+            latest[prefix + "step"] = float(record.step)
+        if self.columns is None:
+            for key in record.metrics:
+                rate = DEFAULT_RATE_NAMES.get(key[len(prefix):]) if key.startswith(prefix) else None
+                if rate is not None:
+                    self.predicted[prefix + rate] = None
+        self.since.append(record)
+        self.names_since.add(record.name)
+
+    def _cut(self, settle: bool) -> list[Report]:
+        """The report of the records since the previous one (none when there are none)."""
+        out: list[Report] = []
+        if self.since:
+            self.reports += 1
+            values = dict(self.latest)
+            values.setdefault(GLOBAL_STEP, float(self.reports))
+            if self.columns is None:
+                self.held.append(Report(values, self.since))
+            else:
+                out.append(self._fitted(values, self.since))
+            self.since = []
+            self.names_since = set()
+        if self.columns is None and (settle or len(self.held) >= _HOLD):
+            out = self._release() + out
+        return out
+
+    def _release(self) -> list[Report]:
+        """Fixes the key set (if not yet) and gives the held reports under it."""
+        if self.columns is None:
+            if not self.held:
+                return []
+            columns: dict[str, None] = {GLOBAL_STEP: None}
+            for report in self.held:
+                columns.update(dict.fromkeys(report.metrics))
+            columns.update(self.predicted)
+            columns.update(dict.fromkeys(self.declared))
+            self.columns = columns
+        held, self.held = self.held, []
+        return [self._fitted(r.metrics, r.records) for r in held]
+
+    def _fitted(self, values: Mapping[str, float], records: Sequence[Record]) -> Report:
+        columns = self.columns
+        assert columns is not None
+        late = [k for k in values if k not in columns]
+        if late:
+            if self.grow:
+                columns.update(dict.fromkeys(late))
+            else:
+                fresh = {k for r in records for k in r.metrics}
+                self._left_out(late, sum(k in fresh for k in late))
+        nan = math.nan
+        return Report({k: values.get(k, nan) for k in columns}, records)
+
+    def _left_out(self, late: list[str], values: int) -> None:
+        self.values_left_out += values
+        new = [k for k in late if k not in self.keys_left_out]
+        if new:
+            log.warning(
+                "sink %r: %s appeared after the report's key set was fixed; a fixed-header logger "
+                "(AgileRL's CSVLogger) cannot take new columns, so they are left out of its reports and "
+                "counted in monitor.stats()['sink/%s/values_left_out']. Name them ahead with "
+                "LoggerSink(logger, keys=[...]), or pass grow=True for a logger that takes new keys",
+                self.label, ", ".join(repr(k) for k in new), self.label,
+            )
+            self.keys_left_out.update(new)
 
 
 class LoggerSink(ThreadedSink):
     """Adapts a legacy logger; a blocking one's calls run on the sink's worker thread, in order.
 
     - TorchRL style: ``log_metrics(metrics, step=step)`` when the logger has
-      it, else one ``log_scalar(name, value, step=step)`` per value.
-    - AgileRL style: ``write(report)`` with a :class:`Report`.
+      it, else one ``log_scalar(name, value, step=step)`` per value, for
+      each record.
+    - AgileRL style: ``write(report)`` with a [Report][monitor_async.Report]:
+      one wide row holding every watch's and pushed name's latest values
+      under a key set fixed for the whole run, so a fixed-header logger
+      (AgileRL's `CSVLogger`) takes every report. A report is made per batch
+      the sink receives (per ``step()`` in manual mode), and before a name's
+      second record in one batch would hide its first. Reports are held until
+      the name that reported first reports again, or the next ``flush()``;
+      the key set is then every key seen, the rate keys of TorchRL's counters
+      present (``frames_per_second``...), ``"<name>/step"`` keys and
+      ``"train/global_step"`` (1, 2, 3... per report, unless a record has
+      that key); a value not measured yet is NaN. A key that appears later is
+      warned about once and left out, counted in
+      ``monitor.stats()["sink/<label>/values_left_out"]`` (``keys`` names
+      keys ahead; ``grow=True`` adds them instead, for loggers that take new
+      keys such as AgileRL's `TensorboardLogger`).
 
     When the logger's method is a coroutine function (``async def``), it is
     called on the monitor's loop and awaited, in order; when a plain method
     returns an awaitable, that is awaited on the loop too. A record counts as
     written only once its call (and what it returned) completed.
-    ``flush()`` calls the logger's ``flush()`` when it has one; ``close()``
-    never closes the user's logger (it is not ours).
+    ``flush()`` writes the held reports, then calls the logger's ``flush()``
+    when it has one; ``close()`` never closes the user's logger (it is not ours).
 
     Args:
         logger: the logger to adapt.
@@ -149,6 +310,10 @@ class LoggerSink(ThreadedSink):
             lowercase class name.
         ranks: in a distributed job, ``"all"`` (default) or ``"main"`` (rank
             0 only), as for every sink.
+        keys: for ``write(report)`` loggers, full keys (``"learner/loss"``)
+            to put in the key set even when they first appear late.
+        grow: for ``write(report)`` loggers, add keys that appear after the
+            key set was fixed instead of leaving them out.
 
     Raises:
         SinkTypeError: ``logger`` is a class, a file or stream, a path, or
@@ -161,7 +326,15 @@ class LoggerSink(ThreadedSink):
         >>> sink = LoggerSink(PrintLogger())
     """
 
-    def __init__(self, logger: Any, *, name: str | None = None, ranks: Ranks = "all") -> None:
+    def __init__(
+        self,
+        logger: Any,
+        *,
+        name: str | None = None,
+        ranks: Ranks = "all",
+        keys: Iterable[str] = (),
+        grow: bool = False,
+    ) -> None:
         self.ranks = check_ranks(ranks, "LoggerSink")
         _refuse_non_instances(logger)
         style = next((s for s in _STYLES if callable(getattr(logger, s, None))), None)
@@ -171,24 +344,38 @@ class LoggerSink(ThreadedSink):
                 "expected async write(records), log_metrics(dict, step=), log_scalar(name, value, step=) "
                 "or write(report)"
             )
+        if isinstance(keys, str):
+            raise SinkTypeError(f"LoggerSink: keys must be a list of keys, got the string {keys!r}")
         self._style = style
         self._on_loop = is_async_callable(getattr(logger, style))
         self.logger = logger
         self.name = name or type(logger).__name__.lower()
+        self._wide = WideReports(self.name, keys, grow) if style == "write" else None
+
+    def counters(self) -> dict[str, float]:
+        """``values_left_out``: values of keys that came after the reports' key set was fixed."""
+        wide = self._wide
+        return {"values_left_out": float(wide.values_left_out)} if wide is not None else {}
 
     def _each_call(self, records: Sequence[Record]) -> Iterator[Any]:
         """Makes the logger's calls for ``records``, one by one, in order; yields what each returned."""
         logger = self.logger
-        if self._style == "log_metrics":
+        if self._wide is not None:
+            for report in self._wide.add(records):
+                yield logger.write(report)
+        elif self._style == "log_metrics":
             for r in records:
                 yield logger.log_metrics(r.metrics, step=r.step)
-        elif self._style == "log_scalar":
+        else:
             for r in records:
                 for key, value in r.metrics.items():
                     yield logger.log_scalar(key, value, step=r.step)
-        else:
-            for r in records:
-                yield logger.write(Report(r))
+
+    def _held_calls(self) -> Iterator[Any]:
+        """Writes the held reports (at flush); yields what each call returned."""
+        if self._wide is not None:
+            for report in self._wide.drain():
+                yield self.logger.write(report)
 
     def _calls_blocking(self, batches: Sequence[Sequence[Record]]) -> list[Awaitable[Any]]:
         """The calls, on the worker thread; returns the awaitables some of them gave back (to await on the loop)."""
@@ -232,7 +419,30 @@ class LoggerSink(ThreadedSink):
                 "on the monitor's loop (write through LoggerSink.write, not write_blocking)"
             )
 
+    def _held_blocking(self) -> list[Awaitable[Any]]:
+        pending: list[Awaitable[Any]] = []
+        try:
+            for result in self._held_calls():
+                if inspect.isawaitable(result):
+                    pending.append(result)
+        except BaseException:
+            _discard(pending)
+            raise
+        return pending
+
     async def _flush(self) -> None:
+        if self._wide is not None:
+            if self._on_loop:
+                for result in self._held_calls():
+                    if inspect.isawaitable(result):
+                        await result
+            else:
+                pending = await self.call(self._held_blocking)
+                try:
+                    while pending:
+                        await pending.pop(0)
+                finally:
+                    _discard(pending)
         flush = getattr(self.logger, "flush", None)
         if not callable(flush):
             return
@@ -244,6 +454,13 @@ class LoggerSink(ThreadedSink):
             await result
 
     def flush_blocking(self) -> None:
+        pending = self._held_blocking()
+        if pending:
+            _discard(pending)
+            raise SinkTypeError(
+                f"{type(self.logger).__name__}.{self._style}() returned an awaitable: it has to be awaited "
+                "on the monitor's loop (flush through LoggerSink.flush, not flush_blocking)"
+            )
         flush = getattr(self.logger, "flush", None)
         if callable(flush):
             flush()

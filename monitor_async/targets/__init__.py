@@ -2,7 +2,7 @@
 
 Each target is imported on first use, so ``import monitor_async`` never
 imports its optional dependencies (``SystemStats`` needs the ``[system]``
-extra, psutil).
+extra, psutil; ``EpisodeStats.wrap`` needs gymnasium, the ``[gymnasium]`` extra).
 """
 
 from __future__ import annotations
@@ -11,11 +11,12 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ._episodes import EpisodeStats
     from ._system import SystemStats
 
-_LAZY: dict[str, str] = {"SystemStats": "._system"}
+_LAZY: dict[str, str] = {"EpisodeStats": "._episodes", "SystemStats": "._system"}
 
-__all__ = ["SystemStats"]
+__all__ = ["EpisodeStats", "SystemStats"]
 
 
 def __getattr__(name: str) -> Any:

@@ -214,7 +214,11 @@ def test_agilerl_style_logger_gets_reports_with_namespaced_dict() -> None:
     monitor.step()
     monitor.close()
     first = logger.reports[0]
-    assert first.to_dict() == {"collector/frames": 10.0, "collector/step": 10.0}
+    values = first.to_dict()
+    # one wide row: the values, the step, the rate's column (not measured yet) and the report's x-axis
+    assert list(values) == ["train/global_step", "collector/frames", "collector/step", "collector/frames_per_second"]
+    assert values["collector/frames"] == 10.0 and values["collector/step"] == 10.0
+    assert values["train/global_step"] == 1.0 and values["collector/frames_per_second"] != values["collector/frames_per_second"]
     assert first.to_nonscalar_dict() == {}
     assert "collector/frames" in str(first)
     assert isinstance(monitor.monitor.sinks[0], LoggerSink)

@@ -1,0 +1,202 @@
+"""EpisodeStats: episode returns and lengths as a watchable target."""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import deque
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+__all__ = ["EpisodeStats"]
+
+
+class EpisodeStats:
+    """A target whose ``stats()`` reports finished episodes: counts, and returns and lengths over the last ones.
+
+    Fed three ways, which may be mixed:
+
+    - ``stats.wrap(env)`` wraps a Gymnasium env and counts each of its steps
+      and episodes (give the wrapped env to TorchRL's `GymWrapper` or to
+      SB3's `DummyVecEnv`; one `EpisodeStats` may wrap several envs);
+    - ``stats.record_info(info)`` reads the ``info["episode"]`` entries that
+      Gymnasium's `RecordEpisodeStatistics` and SB3's `Monitor` wrapper write
+      (a single env's info, a vector env's info, or SB3's list of infos);
+    - ``stats.record(episode_return, length)`` for one finished episode.
+
+    Keys of ``stats()``: ``episodes`` and ``steps`` (counters, for rates;
+    ``watch_options`` names them), and once an episode finished:
+    ``return/mean``, ``return/min``, ``return/max``, ``return/last``,
+    ``length/mean``, ``length/min``, ``length/max`` over the last ``window``
+    episodes. Recording and ``stats()`` take one lock, so the monitor's thread
+    may poll while the env steps on another.
+
+    Args:
+        window: how many of the latest episodes the returns and lengths are
+            taken over (default 100, as SB3's `ep_rew_mean`).
+
+    Raises:
+        ValueError: ``window`` is not a positive int.
+
+    Examples:
+        >>> stats = EpisodeStats(window=2)
+        >>> stats.record(10.0, 10); stats.record(20.0, 20); stats.record(30.0, 30)
+        >>> s = stats.stats()
+        >>> s["episodes"], s["steps"], s["return/mean"], s["length/min"]
+        (3.0, 60.0, 25.0, 20.0)
+    """
+
+    def __init__(self, window: int = 100) -> None:
+        if type(window) is not int or window < 1:
+            raise ValueError(f"EpisodeStats: window must be a positive int, got {window!r}")
+        self.window = window
+        self._lock = threading.Lock()
+        self._returns: deque[float] = deque(maxlen=window)
+        self._lengths: deque[int] = deque(maxlen=window)
+        self._episodes = 0
+        self._steps = 0
+
+    @property
+    def watch_options(self) -> dict[str, Any]:
+        """``monitor.watch(stats, **stats.watch_options)``: rates of ``episodes`` and ``steps``."""
+        return {"rate_keys": ("episodes", "steps")}
+
+    def record(self, episode_return: float, length: int, *, steps: bool = True) -> None:
+        """Counts one finished episode.
+
+        Args:
+            episode_return: the sum of the episode's rewards.
+            length: the episode's number of steps.
+            steps: add ``length`` to ``steps`` (``False`` when the steps were
+                counted one by one already, as ``wrap`` does).
+
+        Raises:
+            ValueError: ``episode_return`` is not a finite number or ``length``
+                is not a non-negative integer.
+        """
+        value = float(episode_return)
+        if not math.isfinite(value):
+            raise ValueError(f"EpisodeStats.record: episode_return must be finite, got {episode_return!r}")
+        n = int(length)
+        if n != length or n < 0:
+            raise ValueError(f"EpisodeStats.record: length must be a non-negative integer, got {length!r}")
+        with self._lock:
+            self._returns.append(value)
+            self._lengths.append(n)
+            self._episodes += 1
+            if steps:
+                self._steps += n
+
+    def count_steps(self, n: int = 1) -> None:
+        """Adds ``n`` environment steps to ``steps`` (``wrap`` calls it at each step)."""
+        with self._lock:
+            self._steps += n
+
+    def record_info(self, info: Mapping[str, Any] | Iterable[Mapping[str, Any]]) -> int:
+        """Records the episodes an env's ``info`` reports finished; returns how many.
+
+        Reads ``info["episode"] = {"r": return, "l": length, ...}`` (one env:
+        Gymnasium's `RecordEpisodeStatistics`, SB3's `Monitor`), the vector
+        form with arrays and the ``info["_episode"]`` mask (Gymnasium's vector
+        `RecordEpisodeStatistics`), or a list of such infos (SB3's `VecEnv`:
+        ``infos`` in a callback's ``self.locals``).
+
+        Args:
+            info: the info mapping, or a sequence of them.
+        """
+        if not isinstance(info, Mapping):
+            return sum(self.record_info(one) for one in info)
+        episode = info.get("episode")
+        if not isinstance(episode, Mapping):
+            return 0
+        returns, lengths = episode["r"], episode["l"]
+        mask = info.get("_episode")
+        if mask is None:
+            self.record(_scalar(returns), int(_scalar(lengths)))
+            return 1
+        done = 0
+        for finished, r, n in zip(mask, returns, lengths, strict=False):
+            if finished:
+                self.record(float(r), int(n))
+                done += 1
+        return done
+
+    def wrap(self, env: Any) -> Any:
+        """``env`` (a Gymnasium env) wrapped so that its steps and episodes are counted here.
+
+        An episode ends when ``step`` returns ``terminated`` or ``truncated``;
+        ``reset`` starts a new one (an unfinished episode is not counted).
+        Needs the ``[gymnasium]`` extra.
+
+        Args:
+            env: a `gymnasium.Env`.
+
+        Returns:
+            A `gymnasium.Wrapper` around ``env``.
+        """
+        return _wrapper_class()(env, self)
+
+    def stats(self) -> dict[str, float]:
+        """The counters and, once an episode finished, returns and lengths over the last ``window``."""
+        with self._lock:
+            returns = list(self._returns)
+            lengths = list(self._lengths)
+            out = {"episodes": float(self._episodes), "steps": float(self._steps)}
+        if returns:
+            out["return/mean"] = sum(returns) / len(returns)
+            out["return/min"] = min(returns)
+            out["return/max"] = max(returns)
+            out["return/last"] = returns[-1]
+            out["length/mean"] = sum(lengths) / len(lengths)
+            out["length/min"] = float(min(lengths))
+            out["length/max"] = float(max(lengths))
+        return out
+
+
+def _scalar(value: Any) -> float:
+    """A plain float from a number or a one-element array."""
+    item = getattr(value, "item", None)
+    return float(item() if callable(item) else value)
+
+
+_WRAPPER: list[type] = []
+
+
+def _wrapper_class() -> type:
+    """The Gymnasium wrapper class, made on first use (gymnasium is imported only then)."""
+    if _WRAPPER:
+        return _WRAPPER[0]
+    try:
+        import gymnasium
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise ImportError(
+            "EpisodeStats.wrap needs gymnasium: pip install 'monitor-async[gymnasium]'"
+        ) from exc
+
+    class EpisodeStatsWrapper(gymnasium.Wrapper):  # type: ignore[type-arg, unused-ignore]
+        """Counts each step and each finished episode of the env into an `EpisodeStats`."""
+
+        def __init__(self, env: Any, stats: EpisodeStats) -> None:
+            super().__init__(env)
+            self.episode_stats = stats
+            self._return = 0.0
+            self._length = 0
+
+        def reset(self, **kwargs: Any) -> Any:
+            self._return = 0.0
+            self._length = 0
+            return self.env.reset(**kwargs)
+
+        def step(self, action: Any) -> Any:
+            obs, reward, terminated, truncated, info = self.env.step(action)
+            self._return += float(reward)
+            self._length += 1
+            self.episode_stats.count_steps()
+            if terminated or truncated:
+                self.episode_stats.record(self._return, self._length, steps=False)
+                self._return = 0.0
+                self._length = 0
+            return obs, reward, terminated, truncated, info
+
+    _WRAPPER.append(EpisodeStatsWrapper)
+    return EpisodeStatsWrapper
