@@ -238,7 +238,7 @@ class Monitor:
             raise ConfigError(f"Monitor: alerts must be a list of monitor_async.Alert rules, got {alerts!r}")
         notifiers = [] if notify is None else [notify] if callable(notify) else list(notify)
         self._alerts = Engine(
-            alerts or (), notifiers, float(notify_timeout), self._deliver_event, self._source
+            alerts or (), notifiers, float(notify_timeout), emit.event, self._source
         )
         self._lag = LoopLag(self._alerts)
         self._hook_alerts()
@@ -541,10 +541,6 @@ class Monitor:
             self._emit.observer = engine.observe
             self._poller.alerts = engine
             self._pushes.rescan = engine.rescan if engine.scan_nonfinite else None
-
-    def _deliver_event(self, event: AlertEvent) -> None:
-        """An alert event to every sink, through its channel (bounded and counted like records)."""
-        self._emit.event(event)
 
     @property
     def own_loop(self) -> bool:

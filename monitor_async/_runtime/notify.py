@@ -5,6 +5,8 @@ def`` one in a task of its own) under a deadline; whatever it raises, or a
 call past the deadline, is counted in ``notify_errors`` and warned. A
 notifier still busy (hung) gets no new call until it returns: the events
 meanwhile are counted in ``notify_skipped``, and the other notifiers get them.
+A notifier that is merely busy (within its deadline) gets the events of the
+meantime one after another, at most :attr:`Notifier.BACKLOG` of them.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import asyncio
 import inspect
 import logging
 import threading
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -38,13 +41,18 @@ def _label(fn: Callable[..., Any]) -> str:
 class Notifier:
     """One ``notify=`` callable, at most one call in flight."""
 
-    __slots__ = ("busy", "counts", "fn", "is_async", "label", "timeout")
+    __slots__ = ("backlog", "busy", "counts", "fn", "hung", "is_async", "label", "loop", "timeout")
+
+    BACKLOG = 256
 
     def __init__(self, fn: Callable[[AlertEvent], Any], timeout: float, counts: dict[str, int]) -> None:
         self.fn = fn
         self.timeout = timeout
         self.counts = counts  # shared with the engine: "notify_errors", "notify_skipped"
         self.busy = False
+        self.hung = False  # the call in flight passed its deadline
+        self.backlog: deque[AlertEvent] = deque()
+        self.loop: asyncio.AbstractEventLoop | None = None
         self.label = _label(fn)
         call = getattr(fn, "__call__", None)  # noqa: B004 - an object whose __call__ is async counts as async
         self.is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(call)
@@ -52,13 +60,25 @@ class Notifier:
     def send(self, event: AlertEvent, loop: asyncio.AbstractEventLoop) -> None:
         """Calls the notifier with ``event`` off the poll path (never waits, never raises)."""
         if self.busy:
-            self.counts["notify_skipped"] += 1
+            if self.hung or len(self.backlog) >= self.BACKLOG:
+                self.counts["notify_skipped"] += 1
+            else:
+                self.backlog.append(event)
             return
+        self.loop = loop
         self.busy = True
+        self.hung = False
         if self.is_async:
             loop.create_task(self._run_async(event), name=f"monitor-async notify {self.label}")
         else:
             self._run_thread(event, loop)
+
+    def _idle(self) -> None:
+        """The call in flight returned: the next event waiting, if any."""
+        self.busy = False
+        self.hung = False
+        if self.backlog and self.loop is not None and not self.loop.is_closed():
+            self.send(self.backlog.popleft(), self.loop)
 
     def _failed(self, what: str) -> None:
         self.counts["notify_errors"] += 1
@@ -69,6 +89,9 @@ class Notifier:
         try:
             done, _ = await asyncio.wait([task], timeout=self.timeout)
             if not done:
+                self.hung = True
+                self.counts["notify_skipped"] += len(self.backlog)
+                self.backlog.clear()
                 task.cancel()
                 self._failed(f"did not return within notify_timeout={self.timeout:g}s; it gets no new event "
                              "until it returns")
@@ -76,20 +99,23 @@ class Notifier:
             elif not task.cancelled() and task.exception() is not None:
                 self._failed(f"raised {describe(task.exception())}")
         finally:
-            self.busy = False
+            self._idle()
 
     def _run_thread(self, event: AlertEvent, loop: asyncio.AbstractEventLoop) -> None:
         state = {"done": False, "late": False}
 
         def done(error: BaseException | None) -> None:
             state["done"] = True
-            self.busy = False
+            self._idle()
             if error is not None:
                 self._failed(f"raised {describe(error)}")
 
         def late() -> None:
             if not state["done"]:
                 state["late"] = True
+                self.hung = True
+                self.counts["notify_skipped"] += len(self.backlog)
+                self.backlog.clear()
                 self._failed(f"did not return within notify_timeout={self.timeout:g}s; it gets no new event "
                              "until it returns")
 
