@@ -18,7 +18,7 @@ caller's ``step()``. Two rules keep that code from ending the monitor:
   task or writer it was raised in, as it was meant to bypass handlers.
 - A wait on user code has a deadline that holds even when the code ignores
   its cancellation: the code runs in a task of its own, the waiter waits on a
-  plain future completed by that task's end (:func:`wait_done`), and a task
+  plain future completed by that task's end (`within`), and a task
   that does not end in time is left behind, never awaited.
 """
 
@@ -33,7 +33,7 @@ from typing import Any
 from .exceptions import MonitorError
 from .threads import RaisedOnThread
 
-__all__ = ["CALLER_THREAD", "as_error", "call_guarded", "must_propagate", "wait_done"]
+__all__ = ["CALLER_THREAD", "as_error", "call_guarded", "must_propagate", "within"]
 
 CALLER_THREAD: ContextVar[bool] = ContextVar("monitor_async_caller_thread", default=False)
 """True in the tasks that ``SyncMonitor(background=False)`` runs on its private loop in the caller's thread."""
@@ -76,15 +76,16 @@ def as_error(exc: BaseException, kind: type[MonitorError], message: str) -> Base
     return error
 
 
-async def wait_done(task: asyncio.Future[Any], limit: float | None) -> bool:
-    """Waits until ``task`` is done, at most ``limit`` seconds (``None``: no limit); True when done.
+async def within(future: asyncio.Future[Any] | None, limit: float | None, *, cancel: bool = False) -> bool:
+    """Waits until ``future`` is done, at most ``limit`` seconds (``None``: no limit); True when done.
 
-    It neither cancels nor awaits ``task``: the wait is on a plain future
-    that ``task``'s end completes, so a task that swallows its cancellation
-    cannot hold the waiter past the deadline. A cancel of the waiter
-    propagates (``task`` is left alone).
+    The one deadline helper. It never awaits ``future`` itself: it waits on a
+    plain future that ``future``'s end completes, so a task that swallows its
+    cancellation cannot hold the waiter past the deadline. With ``cancel``,
+    a ``future`` still pending on return (time ran out, or the waiter was
+    cancelled) is cancelled; otherwise it is left alone. ``None`` is done.
     """
-    if task.done():
+    if future is None or future.done():
         return True
     waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
@@ -92,21 +93,23 @@ async def wait_done(task: asyncio.Future[Any], limit: float | None) -> bool:
         if not waiter.done():
             waiter.set_result(None)
 
-    task.add_done_callback(wake)
+    future.add_done_callback(wake)
     try:
         async with asyncio.timeout(limit):
             await waiter
     except TimeoutError:
         return False
     finally:
-        task.remove_done_callback(wake)
+        future.remove_done_callback(wake)
+        if cancel and not future.done():
+            future.cancel()
     return True
 
 
 async def call_guarded(fn: Callable[[], Awaitable[Any] | Any]) -> BaseException | None:
     """Calls ``fn()``, awaits what it returns when that is awaitable; returns what it raised, or ``None``.
 
-    Meant to run as a task of its own (see :func:`wait_done`); what must
+    Meant to run as a task of its own (see `within`); what must
     propagate (:func:`must_propagate`) is raised.
     """
     try:

@@ -1,46 +1,38 @@
-"""The drop-oldest channel between the poll tasks and one sink, and its writer.
+"""One sink's channel: the bounded queue it owns, its writer task, and its alert events.
 
-Each sink gets one bounded queue (:class:`~monitor_async._runtime.queue.RecordQueue`:
-``put`` never waits, a full queue drops its oldest record, every record is
-accounted for). The writer task takes whatever is queued (up to
-``max_batch`` records) and awaits one ``sink.write(batch)``; records of one
-watch reach the sink in order, and a sink never has two writes in flight.
-More than ``max_batch`` waiting (a backlog, or a gathered run) go out as
-batches of ``max_batch`` in one ``sink.write_batches(batches)`` call when the
-sink has it. Without a background writer (manual ``step()``), a drain task of
-the channel's own does the writing, never the caller's task: a sink that
-hangs or ignores its cancellation holds only that task.
-
-In background mode the writer lets records gather first: it writes once
-:attr:`Channel.gather` records wait (half the queue, so gathering never makes
-the queue drop), or ``batch_wait`` seconds after the first one was polled,
-whichever comes first, and then writes all of them in batches of
-``max_batch`` records: in one ``sink.write_batches(batches)`` call when the
-sink has that method (every built-in sink does; a file sink appends them
-all at once), else one ``sink.write`` after another. ``step()``, ``flush()``
-and ``stop()`` write at once. Fewer writes, made together, cost the rest of the
-program less: every write through a worker thread wakes threads that must
-each take the GIL from it, and a writer that runs between the poll tasks of
-one tick makes the later ones late.
+``put`` never waits: when the sink is behind, the oldest queued record is
+dropped and counted. The writer takes what is queued and awaits one
+``sink.write(batch)`` (or one ``sink.write_batches(batches)`` for several),
+never two writes at once, records of one watch in poll order. In background
+mode it lets records gather for ``batch_wait`` seconds or until half the
+queue waits, because fewer writes through a worker thread cost the rest of
+the program less; ``step()``, ``flush()`` and ``stop()`` write at once.
+Without a background writer a drain task of the channel's own writes, never
+the caller's task. See [guarantees](../guarantees.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
+from .._core.alerts import AlertEvent
 from .._core.exceptions import SinkError
-from .._core.guard import as_error, call_guarded, must_propagate, wait_done
+from .._core.guard import as_error, call_guarded, must_propagate, within
 from .._core.loggers import as_sink, is_async_callable
 from .._core.names import unique
 from .._core.policy import ErrorPolicy, describe, log
 from .._core.record import Record
 from .._core.sink import ThreadedSink
-from .queue import RecordQueue, wait_for_waiter
+from .queue import RecordQueue
 
-__all__ = ["Channel", "channels_for"]
+__all__ = ["EVENTS", "Channel", "channels_for"]
+
+EVENTS = 256
+"""Alert events one sink's queue holds; past that the oldest is dropped and counted."""
 
 
 def channels_for(
@@ -69,18 +61,27 @@ def channels_for(
     return channels
 
 
-class Channel(RecordQueue):
-    """One sink, its queue, its writer task and its counters."""
+class Channel:
+    """One sink, the queue it owns, its writer task and its counters.
+
+    Args:
+        sink: the sink (already checked by `as_sink`).
+        label: its unique label (``sink/<label>/...`` counters).
+        queue_size: records queued before the oldest is dropped, when the sink is behind.
+        max_batch: the most records one ``sink.write`` gets.
+        errors: the monitor's ``on_error`` policy.
+        batch_wait: seconds the background writer lets records gather.
+    """
 
     def __init__(
         self, sink: Any, label: str, queue_size: int, max_batch: int, errors: ErrorPolicy,
         batch_wait: float = 0.0,
     ) -> None:
-        super().__init__(label, queue_size, max_batch)
+        self.records = RecordQueue(label, queue_size, max_batch)
+        self.label = label
         self.sink = sink
         self.batch_wait = batch_wait
-        self.gather = max(1, queue_size // 2)
-        """Records waiting that start writing at once."""
+        self.gather = max(1, queue_size // 2)  # records waiting that start a write at once
         self.errors = errors
         self.failures = 0
         self.write_seconds = 0.0
@@ -94,6 +95,69 @@ class Channel(RecordQueue):
         self._write_batches: Callable[[list[list[Record]]], Awaitable[None]] | None = (
             many if is_async_callable(many) else None
         )
+        alert = getattr(sink, "alert", None)
+        self._alert: Callable[[AlertEvent], Awaitable[None]] | None = alert if is_async_callable(alert) else None
+        self.events: deque[AlertEvent] = deque()
+        self.events_written = 0
+        self.events_dropped = 0
+        self._events_sent: list[asyncio.Future[None]] = []
+
+    # ------------------------------------------------------------------ putting
+    def put(self, record: Record) -> None:
+        """Queues ``record``; never waits. A full queue drops its oldest record when the sink is behind.
+
+        A full queue whose writer is not writing (it has not had its turn yet:
+        many polls in one pass of the loop) keeps the record for that turn.
+        """
+        queue = self.records
+        items = queue.items
+        if len(items) >= queue.size and not self.writer_due():
+            queue.drop_oldest()
+        items.append(record)
+        if queue.wake is not None and len(items) >= queue.wake_at:
+            queue.release()
+
+    def put_event(self, event: AlertEvent) -> None:
+        """Queues an alert event for ``sink.alert``; never waits. A sink without ``alert()`` takes none."""
+        if self._alert is None:
+            return
+        events = self.events
+        if len(events) >= EVENTS:
+            events.popleft()
+            self.events_dropped += 1
+        events.append(event)
+        self._kick()
+
+    def _kick(self) -> None:
+        """Gets a writer to write now: the background one stops gathering; else a drain task starts."""
+        writer = self.task
+        if writer is not None and not writer.done():
+            self.records.release()
+        elif not self._drains:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # no loop here: written at the next step(), flush() or stop()
+                return
+            self._start_drain(loop)
+
+    def writer_due(self) -> bool:
+        """Whether a writer takes everything queued at its next turn: none is writing, and one is on its way.
+
+        A write in flight means the sink is behind: ``False``, the queue drops
+        its oldest record. In manual mode a drain task is started here.
+        """
+        if self.records.writing is not None:
+            return False
+        writer = self.task
+        if writer is not None:
+            return not writer.done()
+        if not self._drains:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # no loop to write on here: the queue stays bounded
+                return False
+            self._start_drain(loop)
+        return True
 
     # ------------------------------------------------------------------ writing
     async def _write(self, many: bool, left: int) -> int:
@@ -102,15 +166,14 @@ class Channel(RecordQueue):
         One ``sink.write`` (one batch) or one ``sink.write_batches``
         (several); counts and reports; returns how many records it took.
         """
-        first = self.head
-        batches = [self._take()]
+        queue = self.records
+        first = queue.head
+        batches = [queue.take()]
         count = len(batches[0])
-        while many and count < left and self.queue:
-            batches.append(self._take())
+        while many and count < left and queue.items:
+            batches.append(queue.take())
             count += len(batches[-1])
-        self.writing = first
-        self.in_flight = count
-        epoch = self.epoch
+        epoch = queue.begin(first, count)
         start = time.perf_counter()
         error: BaseException | None = None
         try:
@@ -135,119 +198,127 @@ class Channel(RecordQueue):
         quiet: bool = False,
     ) -> None:
         self.write_seconds += time.perf_counter() - start
-        if epoch != self.epoch:  # abandoned at stop meanwhile: counted there
+        outcome = "abandoned" if cancelled else "written" if error is None else "dropped"
+        if not self.records.end(epoch, count, outcome):  # abandoned at stop meanwhile: counted there
             return
-        self.writing = None
-        self.in_flight = 0
         if cancelled:
-            self.abandoned += count
             log.warning(
                 "sink %r: a write of %d records was cancelled; they are counted as abandoned", self.label, count
             )
         elif error is None:
-            self.written += count
             self.failing = False
         else:
             self.failures += 1
-            self.dropped += count
             if not quiet:  # (quiet: it propagates, its caller sees it)
                 message = f"sink {self.label!r} failed to write {count} records: {describe(error)}"
                 self.errors.report(message, as_error(error, SinkError, message), first=not self.failing)
             self.failing = True
-        if self._settlers:
-            self._wake_settlers()
+
+    async def _send_events(self) -> None:
+        """Hands every queued alert event to ``sink.alert``, one call each, in order."""
+        events = self.events
+        alert = self._alert
+        while events and alert is not None:
+            event = events.popleft()
+            try:
+                await alert(event)
+                self.events_written += 1
+            except Exception as exc:  # noqa: BLE001 - reported through on_error
+                self._event_failed(exc)
+            except BaseException as exc:
+                self.events_dropped += 1
+                if must_propagate(exc):
+                    raise
+                self._event_failed(exc, counted=True)
+        self._events_done()
+
+    def _event_failed(self, exc: BaseException, counted: bool = False) -> None:
+        if not counted:
+            self.events_dropped += 1
+        self.failures += 1
+        message = f"sink {self.label!r}: alert() raised {describe(exc)}"
+        self.errors.report(message, as_error(exc, SinkError, message), first=not self.failing)
+
+    def _events_done(self) -> None:
+        sent, self._events_sent = self._events_sent, []
+        for waiter in sent:
+            if not waiter.done():
+                waiter.set_result(None)
 
     async def run(self) -> None:
         """The writer task: gather records, write them all in batches, repeat until cancelled."""
-        queue = self.queue
+        queue = self.records
+        items = queue.items
         many = self._write_batches is not None
         me = asyncio.current_task()
         while self.task is me:  # a writer halted while its sink ignored the cancel ends here
-            if self.writing is not None:  # a drain of manual mode still writes: after it
-                await self._after(self.writing + 1)
+            if queue.writing is not None:  # a drain of manual mode still writes: after it
+                await queue.after(queue.writing + 1)
                 continue
-            if not queue:
-                await self._idle(1, None)
+            if self.events:
+                await self._send_events()
                 continue
-            if self.batch_wait > 0 and not self._settlers and len(queue) < self.gather:
+            if not items:
+                await queue.idle(1, None)
+                continue
+            if self.batch_wait > 0 and not queue.settling and len(items) < self.gather:
                 # counted from the first record's poll, not from now: a record queued while a
                 # slow write went on has waited already
-                wait = min(self.batch_wait, self.batch_wait - (time.time() - queue[0].time))
+                wait = min(self.batch_wait, self.batch_wait - (time.time() - items[0].time))
                 if wait > 0:
-                    await self._idle(self.gather, wait)
+                    await queue.idle(self.gather, wait)
             # everything gathered goes out now, max_batch records per batch: in one
             # sink.write_batches call when the sink has it, else one write after another
-            left = len(queue)
-            while left > 0 and queue and self.writing is None:
+            left = len(items)
+            while left > 0 and items and queue.writing is None:
                 left -= await self._write(many, left)
 
     async def _drain(self) -> None:
         """The writing of manual mode, in a task of its own: writes until nothing is queued, one batch per write."""
         me = asyncio.current_task()
+        queue = self.records
         try:
             # a drain halted while its sink ignored the cancel ends here (it is no longer in _drains)
-            while me in self._drains and (self.queue or self.writing is not None):
-                if self.writing is not None:  # another write in flight (a writer left behind): after it
-                    await self._after(self.writing + 1)
+            while me in self._drains and (queue.items or queue.writing is not None or self.events):
+                if queue.writing is not None:  # another write in flight (a writer left behind): after it
+                    await queue.after(queue.writing + 1)
+                elif self.events:
+                    await self._send_events()
                 else:
-                    await self._write(False, len(self.queue))
+                    await self._write(False, len(queue.items))
         finally:
             # at once, not in a done callback: a request() right after this must start a new drain
             self._drains.discard(me)
 
-    def writer_due(self) -> bool:
-        """Whether a writer takes everything queued at its next turn: none is writing, and one is on its way.
-
-        The background writer, when it is not writing, has been woken by the
-        records that filled the queue and takes them all in one go; in manual
-        mode a drain task is started here (it writes until the queue is
-        empty). A write in flight means the sink is behind: ``False``, the
-        queue drops its oldest record.
-        """
-        if self.writing is not None:
-            return False
-        writer = self.task
-        if writer is not None:
-            return not writer.done()
-        if not self._drains:
-            try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:  # no loop to write on here: the queue stays bounded
-                return False
-            self._start_drain(loop)
-        return True
-
     def _start_drain(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Starts a drain task on ``loop``: the writing of manual mode (see :meth:`_drain`)."""
+        """Starts a drain task on ``loop``: the writing of manual mode (see `_drain`)."""
         self._drains.add(loop.create_task(self._drain(), name=f"monitor-async sink {self.label}"))
 
-    def request(self) -> asyncio.Future[None] | None:
-        """Asks for every record queued so far to be written now; returns a future done once they have left.
+    def request(self) -> asyncio.Future[Any] | None:
+        """Asks for everything queued so far to be written now; returns a future done once it has left.
 
         With a background writer, the writer stops gathering and writes;
-        without one (manual mode), a drain task writes them: never the
-        caller's task, so a sink that hangs or ignores its cancellation holds
-        only its own task, and the caller may stop waiting (a deadline, a
-        cancel, ``stop()`` abandoning the sink). ``None``: nothing to wait for.
+        without one (manual mode), a drain task writes: never the caller's
+        task, so a sink that hangs holds only its own task. ``None``: nothing
+        to wait for.
         """
-        target = self.head + len(self.queue)
-        if self._oldest() >= target:
+        queue = self.records
+        target = queue.head + len(queue.items)
+        waiters: list[asyncio.Future[Any]] = []
+        if queue.oldest() < target:
+            waiters.append(queue.waiter(target))
+        if self.events:
+            sent: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._events_sent.append(sent)
+            waiters.append(sent)
+        if not waiters:
             return None
-        waiter = self._waiter(target)
-        writer = self.task
-        if writer is not None and not writer.done():
-            self._release()  # a gathering writer writes now
-        elif not self._drains:
-            self._start_drain(asyncio.get_running_loop())
-        return waiter
+        self._kick()
+        return waiters[0] if len(waiters) == 1 else asyncio.gather(*waiters)
 
     async def settle(self, limit: float | None = None) -> bool:
-        """Waits until every record queued so far has left the channel (written, failed or given up).
-
-        Returns False when ``limit`` seconds passed first (the records stay
-        queued or in the write under way).
-        """
-        return await wait_for_waiter(self.request(), limit)
+        """Waits until everything queued so far has left (written, failed or given up); False when ``limit`` passed."""
+        return await within(self.request(), limit, cancel=True)
 
     # ------------------------------------------------------------- lifecycle
     def start(self) -> None:
@@ -272,9 +343,16 @@ class Channel(RecordQueue):
         ended = True
         for task in tasks:
             left = None if deadline is None else max(0.0, deadline - loop.time())
-            ended = await wait_done(task, left) and ended
-        self._wake = None
+            ended = await within(task, left) and ended
+        self.records.wake = None
         return ended
+
+    def abandon(self) -> int:
+        """Gives up on every queued record and event (a hung sink at stop); returns the records lost."""
+        self.events_dropped += len(self.events)
+        self.events.clear()
+        self._events_done()
+        return self.records.abandon()
 
     async def finish(self, stop_timeout: float) -> bool:
         """At stop: write what is queued, then flush, within ``stop_timeout``; else abandon, with a warning.
@@ -307,7 +385,7 @@ class Channel(RecordQueue):
             return True
         task = asyncio.get_running_loop().create_task(call_guarded(fn), name=f"monitor-async sink {self.label} {method}")
         try:
-            done = await wait_done(task, limit)
+            done = await within(task, limit)
         except BaseException:
             task.cancel()
             raise
@@ -331,10 +409,13 @@ class Channel(RecordQueue):
 
     def report(self, out: dict[str, float]) -> None:
         """Adds this sink's ``sink/<label>/...`` figures to ``out`` (``Monitor.stats()``)."""
-        super().report(out)
+        self.records.report(out)
         prefix = f"sink/{self.label}/"
         out[prefix + "errors"] = float(self.failures)
         out[prefix + "write_seconds"] = self.write_seconds
+        if self.events_written or self.events_dropped or self.events:
+            out[prefix + "alerts_written"] = float(self.events_written)
+            out[prefix + "alerts_dropped"] = float(self.events_dropped)
         counters = self._counters
         if counters is not None:
             try:

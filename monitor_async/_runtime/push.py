@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 import operator
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from time import time as _time
 from typing import Any
 
@@ -60,7 +60,7 @@ class Pushes:
 
     __slots__ = (
         "_armed", "_caches", "_failing", "_items", "_loop", "dropped", "emit", "errors", "limit", "max_values",
-        "source",
+        "rescan", "source",
     )
 
     def __init__(
@@ -77,6 +77,8 @@ class Pushes:
         self._armed = False
         self._caches: dict[str, KeyCache] = {}
         self._failing: set[str] = set()
+        self.rescan: Callable[[str, Any, Source], None] | None = None
+        """Told of a push that left values out (the ``nonfinite`` alert rules), or ``None``."""
 
     # ------------------------------------------------------------ caller's side
     def push(self, name: Any, metrics: Any, step: Any) -> None:
@@ -127,7 +129,10 @@ class Pushes:
                 self._failing.add(label)
                 continue
             self._failing.discard(name)
-            left_out += dropped
+            if dropped:
+                left_out += dropped
+                if self.rescan is not None:
+                    self.rescan(name, metrics, self.source)
             emit(record)
         if left_out:
             emit.counters.values_dropped += left_out

@@ -1,20 +1,11 @@
 """Where a record is dropped: one sink's bounded queue, and the count of every record it was given.
 
-:class:`RecordQueue` is a deque that belongs to no event loop (a monitor
-restarted on another loop keeps it). :meth:`RecordQueue.put` never waits:
-when the queue is full while its sink is busy writing (the sink is behind),
-the *oldest* queued record is dropped and counted, so polling never waits
-for a sink and memory stays bounded. A queue that fills while no write is in
-flight is a burst the writer has not had its turn for yet (many watches
-polled in one pass of the loop): it is kept whole for that turn.
-
-Records are numbered in the order they were put. Every record is
-*delivered*; it then waits in the queue (*queued*), is in the write under
-way, or has left for good: *written*, *dropped* (pushed out of a full queue,
-or lost with a write that raised) or *abandoned* (still queued or being
-written when ``stop()`` gave up on a hung sink). Outside a write,
-``written + dropped + queued + abandoned == delivered``. A write that returns
-after its records were abandoned changes nothing (:attr:`epoch`).
+A `RecordQueue` belongs to no event loop (a monitor restarted on another loop
+keeps it) and knows nothing of writers: its `Channel` decides when a full
+queue drops its oldest record. Records are numbered in the order they were
+put; outside a write, ``written + dropped + queued + abandoned == delivered``
+(see [guarantees](../guarantees.md)). A write that returns after its records
+were abandoned changes nothing (`epoch`).
 """
 
 from __future__ import annotations
@@ -30,54 +21,39 @@ __all__ = ["RecordQueue"]
 
 
 class RecordQueue:
-    """One sink's queue and its accounting; waiters for "records arrived" and "records left"."""
+    """One sink's queue and its accounting; futures for "records arrived" and "records left".
+
+    Args:
+        label: the sink's label, for counters and warnings.
+        size: records kept before the oldest is dropped (when the sink is behind).
+        max_batch: the most records one batch takes.
+    """
+
+    __slots__ = (
+        "_settlers", "abandoned", "dropped", "dropping", "epoch", "head", "in_flight", "items", "label",
+        "max_batch", "size", "wake", "wake_at", "writing", "written",
+    )
 
     def __init__(self, label: str, size: int, max_batch: int) -> None:
         self.label = label
-        self.queue: deque[Record] = deque()
+        self.items: deque[Record] = deque()
         self.size = size
         self.max_batch = max_batch
-        self.head = 0
-        """Records that ever left the queue (taken by a write, or dropped): the next one's number."""
+        self.head = 0  # records that ever left (taken by a write, or dropped): the next one's number
         self.written = 0
         self.dropped = 0
         self.abandoned = 0
         self.dropping = False
-        self.writing: int | None = None
-        """The number of the first record of the write in flight, if one is."""
+        self.writing: int | None = None  # the number of the first record of the write in flight
         self.in_flight = 0
         self.epoch = 0  # moves on at each abandon(): a write from before it counts for nothing
-        self._wake: asyncio.Future[None] | None = None  # a writer waits for records on it
-        self._wake_at = 1
+        self.wake: asyncio.Future[None] | None = None  # a writer waits on it for records
+        self.wake_at = 1
         self._settlers: list[tuple[int, asyncio.Future[None]]] = []
 
-    # ------------------------------------------------------------------ putting
-    def put(self, record: Record) -> None:
-        """Queues ``record``, dropping the oldest queued record when full and the sink is behind. Never waits.
-
-        A full queue whose writer is not writing (it has not had its turn
-        yet: many polls in one pass of the loop) keeps the record: the writer
-        takes the whole queue at its next turn (:meth:`writer_due`).
-        """
-        queue = self.queue
-        if len(queue) >= self.size and not self.writer_due():
-            self._drop_oldest()
-        queue.append(record)
-        if self._wake is not None and len(queue) >= self._wake_at:
-            self._release()
-
-    def writer_due(self) -> bool:
-        """Whether a writer takes everything queued at its next turn, with no write in flight now.
-
-        Only then may the queue hold more than ``size`` records, until that
-        turn: what one pass of the loop queues (many watches due at once,
-        a ``step()``, the final snapshots). The queue alone has no writer.
-        """
-        return False
-
-    def _drop_oldest(self) -> None:
+    def drop_oldest(self) -> None:
         """Makes room in a full queue: the oldest record goes, counted (and warned of once per episode)."""
-        self.queue.popleft()
+        self.items.popleft()
         self.head += 1
         self.dropped += 1
         if not self.dropping:
@@ -88,55 +64,79 @@ class RecordQueue:
                 self.label, self.size, self.label,
             )
         if self._settlers:
-            self._wake_settlers()
+            self.wake_settlers()
 
-    def _release(self) -> None:
-        waiter, self._wake = self._wake, None
+    def release(self) -> None:
+        """Wakes a writer waiting in `idle`."""
+        waiter, self.wake = self.wake, None
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    async def _idle(self, count: int, wait: float | None) -> None:
-        """Returns once ``count`` records wait, ``wait`` seconds have passed, or :meth:`_release` is called."""
+    async def idle(self, count: int, wait: float | None) -> None:
+        """Returns once ``count`` records wait, ``wait`` seconds have passed, or `release` is called."""
         loop = asyncio.get_running_loop()
-        self._wake_at = count
-        self._wake = waiter = loop.create_future()
-        timer = None if wait is None else loop.call_later(wait, self._release)
+        self.wake_at = count
+        self.wake = waiter = loop.create_future()
+        timer = None if wait is None else loop.call_later(wait, self.release)
         try:
             await waiter
         finally:
             if timer is not None:
                 timer.cancel()
-            if self._wake is waiter:
-                self._wake = None
+            if self.wake is waiter:
+                self.wake = None
 
-    # ------------------------------------------------------------------ taking
-    def _take(self) -> list[Record]:
+    def take(self) -> list[Record]:
         """The next batch: up to ``max_batch`` records from the front of the queue."""
-        queue = self.queue
-        if len(queue) <= self.max_batch:
-            batch = list(queue)
-            queue.clear()
+        items = self.items
+        if len(items) <= self.max_batch:
+            batch = list(items)
+            items.clear()
             self.dropping = False
         else:
-            popleft = queue.popleft
+            popleft = items.popleft
             batch = [popleft() for _ in range(self.max_batch)]
         self.head += len(batch)
         return batch
 
-    def _oldest(self) -> int:
+    def oldest(self) -> int:
         """The number of the oldest record that has not left yet (queued, or in the write in flight)."""
         writing = self.writing
         return self.head if writing is None else writing
 
-    # ---------------------------------------------------------------- settling
-    def _waiter(self, target: int) -> asyncio.Future[None]:
+    def begin(self, first: int, count: int) -> int:
+        """Marks a write of ``count`` records, numbered from ``first``, as in flight; returns its epoch."""
+        self.writing = first
+        self.in_flight = count
+        return self.epoch
+
+    def end(self, epoch: int, count: int, outcome: str) -> bool:
+        """Counts a write that ended: ``outcome`` is ``"written"``, ``"dropped"`` or ``"abandoned"``.
+
+        Returns False (and counts nothing) when the write's records were abandoned meanwhile.
+        """
+        if epoch != self.epoch:
+            return False
+        self.writing = None
+        self.in_flight = 0
+        if outcome == "written":
+            self.written += count
+        elif outcome == "dropped":
+            self.dropped += count
+        else:
+            self.abandoned += count
+        if self._settlers:
+            self.wake_settlers()
+        return True
+
+    def waiter(self, target: int) -> asyncio.Future[None]:
         """A future done once every record numbered below ``target`` has left."""
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._settlers.append((target, waiter))
         return waiter
 
-    def _wake_settlers(self) -> None:
-        oldest = self._oldest()
+    def wake_settlers(self) -> None:
+        oldest = self.oldest()
         waiting = []
         for target, waiter in self._settlers:
             if waiter.done():
@@ -148,8 +148,14 @@ class RecordQueue:
                 waiting.append((target, waiter))
         self._settlers = waiting
 
-    async def _after(self, target: int) -> None:
-        waiter = self._waiter(target)
+    @property
+    def settling(self) -> bool:
+        """Whether someone waits for records to leave (a writer then writes at once)."""
+        return bool(self._settlers)
+
+    async def after(self, target: int) -> None:
+        """Returns once every record numbered below ``target`` has left."""
+        waiter = self.waiter(target)
         try:
             await waiter
         finally:
@@ -157,44 +163,25 @@ class RecordQueue:
                 waiter.cancel()
 
     def abandon(self) -> int:
-        """Gives up on what is queued and on the write in flight (a hung sink at stop); returns how many.
-
-        They are counted as abandoned; if the write in flight returns later,
-        it changes no counter.
-        """
-        queue = self.queue
-        lost = len(queue) + self.in_flight
-        self.head += len(queue)
-        queue.clear()
+        """Gives up on what is queued and on the write in flight (a hung sink at stop); returns how many."""
+        items = self.items
+        lost = len(items) + self.in_flight
+        self.head += len(items)
+        items.clear()
         self.abandoned += lost
         self.in_flight = 0
         self.writing = None
         self.epoch += 1
         self.dropping = False
-        self._wake_settlers()
+        self.wake_settlers()
         return lost
 
     def report(self, out: dict[str, float]) -> None:
         """Adds ``sink/<label>/queued``, ``written``, ``dropped``, ``abandoned`` and ``delivered`` to ``out``."""
         prefix = f"sink/{self.label}/"
-        queued = len(self.queue)
+        queued = len(self.items)
         out[prefix + "queued"] = float(queued)
         out[prefix + "written"] = float(self.written)
         out[prefix + "dropped"] = float(self.dropped)
         out[prefix + "abandoned"] = float(self.abandoned)
         out[prefix + "delivered"] = float(self.head + queued)
-
-
-async def wait_for_waiter(waiter: asyncio.Future[None] | None, limit: float | None = None) -> bool:
-    """Awaits a "records left" future at most ``limit`` seconds; False when the time ran out first."""
-    if waiter is None:
-        return True
-    try:
-        async with asyncio.timeout(limit):
-            await waiter
-    except TimeoutError:
-        return False
-    finally:
-        if not waiter.done():
-            waiter.cancel()
-    return True

@@ -159,6 +159,8 @@ class Reduction:
         self.stale = stale
         self.count = count
         self.seen: dict[int, tuple[int, float]] = {}
+        self.observer: Callable[[Mapping[int, tuple[int, Mapping[str, float]]]], None] | None = None
+        """Sees every board read (the alert rules, which track each rank), or ``None``."""
 
     def stats(self) -> Any:
         got = self.board.read()
@@ -170,6 +172,8 @@ class Reduction:
         return self.reduce(await pending)
 
     def reduce(self, latest: Mapping[int, tuple[int, Mapping[str, float]]]) -> dict[str, float]:
+        if self.observer is not None:
+            self.observer(latest)
         now = monotonic()
         fresh: list[Mapping[str, float]] = []
         stale = 0
