@@ -8,9 +8,9 @@ import time
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from monitor_async._core import Ranks, Record, ThreadedSink, check_ranks
+from monitor_async._core import AlertEvent, Ranks, Record, ThreadedSink, check_ranks
 
-from ._table import WatchTable, eng, is_monitor, monitor_items, short, split_rates
+from ._table import WatchTable, alert_line, eng, is_monitor, monitor_items, short, split_rates
 
 __all__ = ["ConsoleSink"]
 
@@ -66,6 +66,11 @@ class ConsoleSink(ThreadedSink):
           ``monitor.stop()``) prints each watch's latest record not yet
           shown. While a tqdm bar is open, lines go through ``tqdm.write`` so
           bars stay intact.
+        - Alerts (``alert(event)``, called by a monitor with rules): in live
+          mode a firing alert is a line above the table until it resolves;
+          in line mode each event is one line at once, never throttled
+          (``12:03:04 ALERT warning: collector/frames has not increased for
+          62 s``, then ``12:05:10 resolved: ...``).
         - Output happens on this sink's worker thread (and rich's refresh
           thread), never on the event loop, so a slow terminal never stalls
           polling. ``stream`` defaults to ``sys.stdout`` as it is at the first
@@ -198,6 +203,27 @@ class ConsoleSink(ThreadedSink):
             else:
                 self._pending[r.name] = r
         self._emit(lines)
+
+    async def alert(self, event: AlertEvent) -> None:
+        """Shows an alert event: above the live table while it fires, or as one line (see the guarantees).
+
+        Args:
+            event: the event, firing or resolved.
+
+        Raises:
+            SinkClosedError: the sink is closed.
+        """
+        await self.open()  # idempotent; raises SinkClosedError once closed
+        await self.call(self.alert_blocking, event)
+
+    def alert_blocking(self, event: AlertEvent) -> None:
+        """:meth:`alert` on the sink's worker thread."""
+        if self._live is not None:
+            self.table.alert(event)
+            self._live.refresh()
+            return
+        clock = time.strftime("%H:%M:%S", time.localtime(event.time))
+        self._emit([f"{clock} {alert_line(event)}"])
 
     def _emit(self, lines: list[str]) -> None:
         if not lines:

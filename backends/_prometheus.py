@@ -8,24 +8,33 @@ Watches that report the same metric share a family, which is what PromQL
 aggregations (``sum by (watch)``) expect. Per watch, the unix time of its
 latest record is ``monitor_async_last_record_timestamp_seconds{watch=...}``
 so that a stalled watch can be alerted on.
+
+Alerts of the monitor's own rules are ``ALERTS{alertname, alertstate, severity,
+watch}`` gauges, named and labelled as Prometheus names its own, with 1 while
+firing; the series goes when the alert resolves. ``/healthz`` answers 200 while
+no ``critical`` alert fires, else 503 with the firing alerts as JSON.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
+import socket
 import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from socketserver import ThreadingMixIn
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from monitor_async._core import BaseSink, Ranks, Record, check_ranks
+from monitor_async._core import AlertEvent, BaseSink, Ranks, Record, check_ranks
 
 from ._text import escape
 
 try:
-    from prometheus_client import CollectorRegistry, make_asgi_app, start_http_server
+    from prometheus_client import CollectorRegistry, make_asgi_app, make_wsgi_app
     from prometheus_client.core import GaugeMetricFamily
 except ImportError as exc:  # pragma: no cover - depends on the install
     raise ImportError(
@@ -78,6 +87,27 @@ def _text(value: Any) -> str:
     return escape(text) or text
 
 
+def _alert_key(event: AlertEvent) -> tuple[Any, ...]:
+    """What one alert episode is about: its rule, watch, metric and source."""
+    return (event.rule, event.watch, event.metric, tuple(sorted((str(k), str(v)) for k, v in event.source.items())))
+
+
+def health(firing: Iterable[AlertEvent]) -> tuple[int, bytes]:
+    """The ``/healthz`` answer for the alerts firing now: ``(status, JSON body)``.
+
+    503 when one of them is ``critical``, else 200; the body lists them all
+    (``{"status": "ok" | "critical", "firing": [event.to_dict(), ...]}``).
+
+    Examples:
+        >>> health([])
+        (200, b'{"status": "ok", "firing": []}')
+    """
+    events = list(firing)
+    critical = any(e.severity == "critical" for e in events)
+    body = {"status": "critical" if critical else "ok", "firing": [e.to_dict() for e in events]}
+    return (503 if critical else 200), json.dumps(body).encode()
+
+
 class _LatestValues:
     """The collector the registry calls on every scrape (on the HTTP server's thread)."""
 
@@ -87,6 +117,12 @@ class _LatestValues:
         self.families: dict[str, dict[_Series, float]] = {}
         self.help: dict[str, str] = {}
         self.times: dict[_Series, float] = {}
+        self.alerts: dict[tuple[Any, ...], AlertEvent] = {}
+
+    def firing(self) -> list[AlertEvent]:
+        """The alerts firing now, oldest first."""
+        with self.lock:
+            return list(self.alerts.values())
 
     def describe(self) -> list[Any]:
         # Registering must not call collect(); the names change over time anyway.
@@ -96,6 +132,7 @@ class _LatestValues:
         with self.lock:
             families = [(name, self.help[name], dict(series)) for name, series in self.families.items()]
             times = dict(self.times)
+            alerts = list(self.alerts.values())
         for name, doc, series in [*families, (f"{self.namespace}_{_TIMESTAMP}", "", times)]:
             if not series:
                 continue
@@ -104,6 +141,36 @@ class _LatestValues:
             for row, value in zip(rows, series.values(), strict=True):
                 family.add_metric(row, value)
             yield family
+        if alerts:
+            yield self._alerts_family(alerts)
+
+    @staticmethod
+    def _alerts_family(alerts: list[AlertEvent]) -> Any:
+        """``ALERTS{alertname, alertstate, severity, watch, <source...>} 1`` per firing alert (Prometheus' own names)."""
+        extra: dict[str, None] = {}
+        for e in alerts:
+            extra.update(dict.fromkeys(str(k) for k in e.source))
+        names = ["alertname", "alertstate", "severity", "watch", *extra]
+        family = GaugeMetricFamily("ALERTS", "Alerts of the monitor's rules that fire now.", labels=names)
+        seen: set[tuple[str, ...]] = set()
+        for e in alerts:
+            source = {str(k): v for k, v in e.source.items()}
+            row = [_text(e.rule), e.state, e.severity, _text(e.watch), *(_text(source.get(k, "")) for k in extra)]
+            if tuple(row) not in seen:  # one rule over several keys of one watch: one series, as in Prometheus
+                seen.add(tuple(row))
+                family.add_metric(row, 1.0)
+        return family
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    """The built-in server: a thread per request, never keeping the process alive."""
+
+    daemon_threads = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        return None
 
 
 class PrometheusSink(BaseSink):
@@ -149,6 +216,17 @@ class PrometheusSink(BaseSink):
           metrics beyond this machine is your choice to make.
           ``port=None`` opens no port; mount :meth:`asgi_app` in your own
           async server instead. ``close()`` stops the server.
+
+        - Alerts (``alert(event)``, called by a monitor with rules): a
+          firing event is an ``ALERTS{alertname="<rule>", alertstate="firing",
+          severity, watch}`` series of value 1 (source fields as more labels,
+          as for the metrics), as Prometheus exposes its own alerts; a
+          resolved event removes the series. :meth:`firing` lists them.
+        - Health: ``/healthz`` on the built-in server (:attr:`health_url`)
+          and in :meth:`asgi_app` answers 200 while no ``critical`` alert
+          fires, else 503; the body is JSON, ``{"status": "ok" | "critical",
+          "firing": [...]}`` with every firing event's fields. A Kubernetes
+          liveness probe can point at it.
 
     Args:
         host: the address the built-in server binds to (default
@@ -280,15 +358,84 @@ class PrometheusSink(BaseSink):
         host = f"[{self._host}]" if ":" in self._host else self._host
         return f"http://{host}:{self._port}/metrics"
 
-    def asgi_app(self) -> Callable[..., Any]:
-        """prometheus_client's ASGI app for this sink's registry, to mount at ``/metrics``.
+    @property
+    def health_url(self) -> str:
+        """``http://host:port/healthz`` of the running server (see the guarantees)."""
+        return self.url[: -len("/metrics")] + "/healthz"
 
-        Works before the sink is entered; with ``port=None`` it is the only
-        way the metrics are served. Example with Starlette:
-        ``Starlette(routes=[Mount("/metrics", app=sink.asgi_app())])``.
+    def firing(self) -> list[AlertEvent]:
+        """The alerts firing now (exported in ``ALERTS``), oldest first."""
+        return self._collector.firing()
+
+    def asgi_app(self) -> Callable[..., Any]:
+        """An ASGI app serving ``/healthz`` (see the guarantees) and, on every other path, the metrics.
+
+        It is prometheus_client's ASGI app for this sink's registry, with the
+        health route in front. Works before the sink is entered; with
+        ``port=None`` it is the only way the metrics are served. Example with
+        Starlette: ``Starlette(routes=[Mount("/metrics", app=sink.asgi_app())])``
+        serves the metrics at ``/metrics`` and the health at ``/metrics/healthz``;
+        served alone (``uvicorn.run(sink.asgi_app())``), at ``/healthz``.
         """
-        app: Callable[..., Any] = make_asgi_app(self.registry)
+        metrics: Callable[..., Any] = make_asgi_app(self.registry)
+        firing = self._collector.firing
+
+        async def app(scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]) -> None:
+            if scope["type"] == "lifespan":  # nothing to start or stop: say so
+                while True:
+                    message = await receive()
+                    if message["type"] == "lifespan.startup":
+                        await send({"type": "lifespan.startup.complete"})
+                    elif message["type"] == "lifespan.shutdown":
+                        await send({"type": "lifespan.shutdown.complete"})
+                        return
+            path, root = scope.get("path", ""), scope.get("root_path", "")
+            if root and path.startswith(root):
+                path = path[len(root):]
+            if path.rstrip("/") != "/healthz":
+                await metrics(scope, receive, send)
+                return
+            status, body = health(firing())
+            await send({"type": "http.response.start", "status": status,
+                        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+            await send({"type": "http.response.body", "body": body})
+
         return app
+
+    def _wsgi_app(self) -> Callable[..., Any]:
+        """The built-in server's app: ``/healthz``, then prometheus_client's metrics app."""
+        metrics = make_wsgi_app(self.registry)
+        firing = self._collector.firing
+
+        def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+            if environ.get("PATH_INFO", "").rstrip("/") != "/healthz":
+                result: Iterable[bytes] = metrics(environ, start_response)
+                return result
+            status, body = health(firing())
+            start_response("200 OK" if status == 200 else "503 Service Unavailable",
+                           [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+            return [body]
+
+        return app
+
+    # ------------------------------------------------------------------ alerts
+    async def alert(self, event: AlertEvent) -> None:
+        """Exports a firing ``event`` in ``ALERTS`` (and ``/healthz``) until its resolved event comes.
+
+        Args:
+            event: the event, firing or resolved.
+
+        Raises:
+            SinkClosedError: the sink is closed.
+        """
+        await self.open()  # idempotent (the server starts); raises SinkClosedError once closed
+        key = _alert_key(event)
+        collector = self._collector
+        with collector.lock:
+            if event.state == "firing":
+                collector.alerts[key] = event
+            else:
+                collector.alerts.pop(key, None)
 
     # ------------------------------------------------------------------ writes
     def counters(self) -> dict[str, float]:
@@ -398,16 +545,25 @@ class PrometheusSink(BaseSink):
         if self._port is None:
             return
         try:
-            server, thread = await asyncio.to_thread(
-                start_http_server, self._port, addr=self._host, registry=self.registry
-            )
+            server = await asyncio.to_thread(self._serve, self._host, self._port)
         except OSError as exc:
             raise OSError(
                 exc.errno, f"PrometheusSink {self.label!r}: cannot serve /metrics on {self._host}:{self._port}: {exc}"
             ) from exc
+        thread = threading.Thread(target=server.serve_forever, name=f"monitor-async-{self.label}", daemon=True)
+        thread.start()
         self._server, self._thread = server, thread
         address = server.server_address
         self._host, self._port = str(address[0]), int(address[1])
+
+    def _serve(self, host: str, port: int) -> WSGIServer:
+        """A bound (not yet serving) server for ``host:port``, IPv4 or IPv6 as ``host`` resolves."""
+        family, _, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+
+        class Server(_Server):
+            address_family = family
+
+        return make_server(str(address[0]), port, self._wsgi_app(), Server, handler_class=_QuietHandler)
 
     async def _close(self) -> None:
         server, thread = self._server, self._thread

@@ -14,7 +14,9 @@ width and height rich gives it at each redraw:
   time and record count too;
 - when the rows do not fit the height, first the lines between rows go, then
   each row is cut to fewer lines (``+N more``), and only then are watches
-  left out, named in the caption (the monitor's own row stays).
+  left out, named in the caption (the monitor's own row stays);
+- alerts that fire (see :meth:`WatchTable.alert`) as lines above the table,
+  until they resolve.
 
 rich is imported only when a table is drawn; numbers are written by
 :mod:`._numbers`.
@@ -27,11 +29,14 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from monitor_async._core import Record
+from monitor_async._core import AlertEvent, Record
 from monitor_async._core.names import split_rates
 from monitor_async._core.text import age, count, eng
 
-__all__ = ["WIDE", "WIDER", "WatchTable", "age", "count", "eng", "is_monitor", "monitor_items", "short", "split_rates"]
+__all__ = [
+    "WIDE", "WIDER", "WatchTable", "age", "alert_line", "count", "eng", "is_monitor", "monitor_items", "short",
+    "split_rates",
+]
 
 MONITOR_KEYS = frozenset({"polls", "records", "values_dropped", "watches"})
 WIDE = 110
@@ -97,12 +102,41 @@ def monitor_items(metrics: Mapping[str, float]) -> tuple[list[str], bool]:
     if metrics.get("polls_missed"):
         items.append(f"missed {eng(metrics['polls_missed'])}")
     if metrics["values_dropped"]:
-        items.append(f"{eng(metrics['values_dropped'])} values left out")
+        items.append(f"{count(int(metrics['values_dropped']), 'value')} left out")
     for label, fields in sinks.items():
         wrong = [f"{eng(fields[f])} {f}" for f in ("dropped", "errors") if fields.get(f)]
         if wrong:
             items.append(f"{label}: {', '.join(wrong)}")
     return items, bool(dropped or errors)
+
+
+def alert_line(event: AlertEvent) -> str:
+    """One alert for a person: ``ALERT warning: <message>``, or ``resolved: <message>``.
+
+    The rule's name stands in for an empty message; a source (``rank=1``)
+    is added in brackets.
+
+    Args:
+        event: the alert event.
+
+    Returns:
+        The text, on one line.
+
+    Examples:
+        >>> e = AlertEvent("stalled collector/frames", "firing", "critical", "collector", "collector/frames",
+        ...                120.0, 0.0, 62.0, {"rank": 1}, "collector/frames has not increased for 62 s")
+        >>> alert_line(e)
+        'ALERT critical: collector/frames has not increased for 62 s [rank=1]'
+    """
+    head = f"ALERT {event.severity}" if event.state == "firing" else "resolved"
+    where = " ".join(f"{k}={v}" for k, v in event.source.items())
+    text = f"{head}: {event.message or event.rule}" + (f" [{where}]" if where else "")
+    return text.replace("\n", "\\n")
+
+
+def _alert_key(event: AlertEvent) -> tuple[Any, ...]:
+    """What one alert episode is about: its rule, watch, metric and source."""
+    return (event.rule, event.watch, event.metric, tuple(sorted((str(k), str(v)) for k, v in event.source.items())))
 
 
 def _wrap(items: Sequence[str], width: int, sep: str = "  ") -> list[list[str]]:
@@ -162,9 +196,15 @@ class WatchTable:
           watching itself is not a row: it is one summary line under the
           table (``monitor: polls 240 · records 180 · dropped 0 · errors 0``),
           red and naming the sink when records were dropped or writes failed.
+        - The title counts every watch, a monitor watching itself included
+          (as ``Monitor.stats()["watches"]`` and the demo's closing line do).
         - The table is never wider than the width rich offers and never taller
           than the height (see the module docstring for what gives way first).
-        - :meth:`update` and drawing may run on different threads.
+        - Alerts that fire (:meth:`alert`) are lines above the table, red for
+          ``critical``, yellow for ``warning``, oldest first, until they
+          resolve; they take at most a third of the height (``+N more
+          alerts`` past it), and the table gives way to them.
+        - :meth:`update`, :meth:`alert` and drawing may run on different threads.
 
     Args:
         title: the text before the table's watch count and clock.
@@ -188,6 +228,25 @@ class WatchTable:
         self._lock = threading.Lock()
         self._rows: dict[str, Record] = {}
         self._counts: dict[str, int] = {}
+        self._alerts: dict[tuple[Any, ...], AlertEvent] = {}
+
+    def alert(self, event: AlertEvent) -> None:
+        """Shows a firing alert above the table from the next redraw on; a resolved one takes it away.
+
+        Args:
+            event: the alert event; its rule, watch, metric and source name the episode.
+        """
+        key = _alert_key(event)
+        with self._lock:
+            if event.state == "firing":
+                self._alerts[key] = event
+            else:
+                self._alerts.pop(key, None)
+
+    def firing(self) -> list[AlertEvent]:
+        """The alerts shown now, oldest first."""
+        with self._lock:
+            return list(self._alerts.values())
 
     def update(self, records: Iterable[Record]) -> None:
         """Keeps each watch's newest record of ``records`` (by arrival order) for the next redraw.
@@ -205,7 +264,19 @@ class WatchTable:
             return len(self._rows)
 
     def __rich_console__(self, console: Any, options: Any) -> Any:
-        yield self.render(options.max_width, options.max_height)
+        from rich.text import Text
+
+        width, height = options.max_width, options.max_height
+        alerts = self.firing()
+        room = max(height // 3, 1)
+        lines: list[AlertEvent | None] = [*alerts[: room - 1], None] if len(alerts) > room else [*alerts]
+        for event in lines:
+            if event is None:
+                yield Text(_fit(f"+{count(len(alerts) - room + 1, 'more alert')}", width), style="bold red")
+            else:
+                style = "bold red" if event.severity == "critical" else "bold yellow"
+                yield Text(_fit(alert_line(event), width), style=style, no_wrap=True)
+        yield self.render(width, height - len(lines))
 
     def render(self, width: int, height: int) -> Any:
         """The ``rich.table.Table`` for a console of ``width`` x ``height`` cells.
@@ -281,7 +352,7 @@ class WatchTable:
         if left_out:
             caption.append(_fit(f"+{count(len(left_out), 'more watch')}: {', '.join(left_out)}", width) + "\n", style="yellow")
         caption.rstrip()
-        title = f"{self.title} · {count(len(rows), 'watch')} · {time.strftime('%H:%M:%S', time.localtime(now))}"
+        title = f"{self.title} · {count(len(records), 'watch')} · {time.strftime('%H:%M:%S', time.localtime(now))}"
         table = Table(
             title=Text(_fit(title, width), style="bold"),
             title_justify="left",

@@ -6,9 +6,34 @@ import importlib.util
 from collections.abc import Sequence
 from typing import Any
 
-from monitor_async._core import Ranks, Record, ThreadedSink, check_ranks
+from monitor_async._core import AlertEvent, Ranks, Record, ThreadedSink, check_ranks
 
 __all__ = ["WandbSink"]
+
+LEVELS = {"warning": "WARN", "critical": "ERROR"}
+"""``run.alert`` level of a firing event, by severity; a resolved one is ``INFO``."""
+_TITLE = 63  # wandb: "title must be less than 64 characters long"
+
+
+def alert_title(event: AlertEvent) -> str:
+    """The wandb alert title of ``event``: its state, rule and (when the rule does not say) its watch and source.
+
+    wandb throttles alerts of one title (``wait_duration``, a minute), so
+    the state is in the title (a resolve is never throttled by its firing)
+    and so is the watch of a pattern rule (each watch's episode gets its own).
+
+    Examples:
+        >>> alert_title(AlertEvent("stalled */frames", "firing", "warning", "collector", "collector/frames",
+        ...                        None, 0.0, 1.0, {"rank": 1}))
+        'firing: stalled */frames · collector rank=1'
+        >>> alert_title(AlertEvent("quiet learner", "resolved", "critical", "learner", None, None, 0.0, 1.0))
+        'resolved: quiet learner'
+    """
+    named = {part.split("/", 1)[0] for part in event.rule.split()}  # "stalled collector/frames" names collector
+    where = [] if event.watch in named else [event.watch]
+    where += [f"{k}={v}" for k, v in event.source.items()]
+    title = f"{event.state}: {event.rule}" + (f" · {' '.join(where)}" if where else "")
+    return title if len(title) <= _TITLE else title[: _TITLE - 1] + "…"
 
 
 class WandbSink(ThreadedSink):
@@ -29,6 +54,14 @@ class WandbSink(ThreadedSink):
           runs on this sink's own worker thread, one at a time, in record
           order, never on the event loop. Constructing the sink does no I/O
           and does not import wandb. Works offline (``WANDB_MODE=offline``).
+        - Alerts (``alert(event)``, called by a monitor with rules): one
+          ``run.alert(title, text, level)`` per event, on the same worker
+          thread, in order with the records; ``level`` is ``WARN`` for a
+          firing ``warning``, ``ERROR`` for a firing ``critical``, ``INFO``
+          for a resolved event. The title holds the state, the rule and the
+          watch (``firing: stalled collector/frames``; under 64 characters),
+          the text the event's message. wandb sends one alert per title per
+          minute at most; offline, alerts land in the run's transaction log.
         - Ranks: by default (``ranks="main"``) only the main rank of a
           distributed job opens a run and logs; with ``ranks="all"`` every
           rank logs to a run of its own (pass ``group=`` to see them together).
@@ -119,6 +152,23 @@ class WandbSink(ThreadedSink):
             data: dict[str, Any] = dict(r.metrics)
             data[axis] = n if r.step is None else r.step
             run.log(data)
+
+    async def alert(self, event: AlertEvent) -> None:
+        """Sends ``event`` to the run as a wandb alert (see the guarantees); opens the run first if needed.
+
+        Args:
+            event: the event, firing or resolved.
+
+        Raises:
+            SinkClosedError: the sink is closed.
+        """
+        await self.open()  # idempotent; raises SinkClosedError once closed
+        await self.call(self.alert_blocking, event)
+
+    def alert_blocking(self, event: AlertEvent) -> None:
+        """:meth:`alert` on the sink's worker thread."""
+        level = "INFO" if event.state == "resolved" else LEVELS[event.severity]
+        self.run.alert(title=alert_title(event), text=event.message or event.rule, level=level)
 
     def flush_blocking(self) -> None:
         return None

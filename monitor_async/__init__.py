@@ -3,6 +3,7 @@
 Public API::
 
     from monitor_async import Monitor, SyncMonitor, LoggerMonitor, Every, Record
+    from monitor_async import Alert, AlertEvent                         # alert rules and their events
     from monitor_async import Sink, BaseSink, ThreadedSink, LoggerSink   # for sink authors
     from monitor_async import MonitorError                              # and its subclasses
     from monitor_async.distributed import world, World, Reduce          # distributed runs
@@ -11,7 +12,7 @@ The sinks themselves live in :mod:`monitor_async.backends`. This module only
 re-exports; each concept lives in a private module of its own.
 """
 
-from ._core.alerts import AlertEvent
+from ._core.alerts import Alert, AlertEvent
 from ._core.exceptions import (
     ConfigError,
     DeliveryError,
@@ -37,6 +38,7 @@ from ._runtime.sync import LoggerMonitor, SyncMonitor
 from ._version import __version__
 
 __all__ = [
+    "Alert",
     "AlertEvent",
     "BaseSink",
     "ConfigError",

@@ -19,6 +19,7 @@ and the key. Only ``BaseException`` that is not an ``Exception``
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from itertools import islice
 from typing import Any
@@ -26,7 +27,7 @@ from typing import Any
 from .exceptions import StatsCycleError, StatsTypeError
 from .policy import describe, log
 
-__all__ = ["MAX_DEPTH", "Flattened", "KeyCache", "as_mapping", "flatten", "flatten_copy", "read"]
+__all__ = ["MAX_DEPTH", "Flattened", "KeyCache", "as_mapping", "flatten", "flatten_copy", "nonfinite_values", "read"]
 
 MAX_DEPTH = 64
 """Mappings nested deeper than this fail the poll (most likely a cycle through mappings made on each read)."""
@@ -101,11 +102,13 @@ class Flattened:
     :func:`read` hands its ``metrics`` and ``dropped`` back as they are.
     """
 
-    __slots__ = ("dropped", "metrics")
+    __slots__ = ("dropped", "metrics", "raw")
 
-    def __init__(self, metrics: dict[str, float], dropped: int) -> None:
+    def __init__(self, metrics: dict[str, float], dropped: int, raw: object = None) -> None:
         self.metrics = metrics
         self.dropped = dropped
+        self.raw = raw
+        """The result as ``stats()`` gave it, kept only when values were left out (see `nonfinite_values`)."""
 
 
 def as_mapping(raw: object, watch: str) -> tuple[dict[Any, Any], int]:
@@ -218,6 +221,46 @@ def read_plain(raw: dict[Any, Any], keys: KeyCache, limit: int) -> dict[str, flo
     if len(metrics) != len(copy):  # two keys gave one name (1 and "1"): the rest of read() keeps the first
         return None
     return metrics
+
+
+def nonfinite_values(raw: object, prefix: str) -> dict[str, float]:
+    """The NaN and infinite values of a ``stats()`` result or push, under their full keys (``prefix`` + key).
+
+    The slow path beside :func:`read`, taken only when a snapshot left values
+    out and an alert rule asks about non-finite ones. Nested mappings are
+    walked as ``outer/inner``; anything unreadable is skipped.
+
+    Examples:
+        >>> nonfinite_values({"loss": float("nan"), "opt": {"lr": float("inf")}, "ok": 1.0}, "learner/")
+        {'learner/loss': nan, 'learner/opt/lr': inf}
+    """
+    if type(raw) is Flattened:
+        raw = raw.raw
+    found: dict[str, float] = {}
+    stack: list[tuple[str, object, int]] = [(prefix, raw, 0)]
+    while stack:
+        at, node, depth = stack.pop()
+        if not isinstance(node, Mapping) or depth > MAX_DEPTH:
+            continue
+        try:
+            items = list(node.items())
+        except Exception:  # noqa: BLE001 - an unreadable mapping has nothing to report
+            continue
+        for key, value in items:
+            name = f"{at}{key}"
+            if isinstance(value, Mapping):
+                stack.append((name + "/", value, depth + 1))
+                continue
+            if isinstance(value, (str, bytes, bytearray, bool)):
+                continue
+            try:
+                item = getattr(value, "item", None)
+                number = float(item() if callable(item) else value)
+            except Exception:  # noqa: BLE001 - not a number: not this rule's business
+                continue
+            if not math.isfinite(number):
+                found[name] = number
+    return found
 
 
 def _scalar(value: object) -> float | None:

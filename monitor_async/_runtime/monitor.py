@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
+from .._core.alerts import Alert, AlertEvent
 from .._core.exceptions import ConfigError, WatchTypeError
 from .._core.guard import within
 from .._core.names import unique
@@ -18,6 +20,7 @@ from .._core.schedule import Every
 from .._core.threads import WorkerPool
 from .._core.world import World, for_rank, source_of
 from .._core.world import world as detect_world
+from .alerts import Engine, LoopLag
 from .boards import Board
 from .callers import OFFLOADS, Offload, make_caller
 from .channel import channels_for
@@ -124,6 +127,14 @@ class Monitor:
             (:class:`~monitor_async.distributed.World`); default: detected by
             :func:`monitor_async.distributed.world` (torch.distributed,
             torchrun, SLURM, Open MPI, else a single process).
+        alerts: alert rules ([`Alert`][monitor_async.Alert], e.g.
+            `Alert.defaults()`), evaluated on the monitor's loop; their events
+            go to the `monitor_async` logger, to `notify` and to every sink
+            with an `alert()` method. See docs/alerts-rules.md.
+        notify: callables `fn(event)` (sync or `async def`) called with
+            every [`AlertEvent`][monitor_async.AlertEvent], off the poll path.
+        notify_timeout: seconds a notifier call may take before it counts
+            in `notify_errors` (default 10.0).
 
     Raises:
         ConfigError: an option is out of range (the message names it).
@@ -159,6 +170,9 @@ class Monitor:
         max_values: int = 10_000,
         batch_wait: float = 0.25,
         world: World | None = None,
+        alerts: Sequence[Alert] | None = None,
+        notify: Sequence[Callable[[AlertEvent], Any]] | Callable[[AlertEvent], Any] | None = None,
+        notify_timeout: float = 10.0,
     ) -> None:
         if on_error not in ON_ERROR:
             raise ConfigError(f"Monitor: on_error must be 'warn', 'raise' or 'ignore', got {on_error!r}")
@@ -170,6 +184,7 @@ class Monitor:
         _positive("thread_limit", thread_limit, integer=True)
         _positive("max_values", max_values, integer=True)
         _positive("batch_wait", batch_wait, zero=True)
+        _positive("notify_timeout", notify_timeout)
         self.poll_interval = float(poll_interval)
         self.poll_timeout = poll_timeout
         self.stop_timeout = float(stop_timeout)
@@ -191,6 +206,15 @@ class Monitor:
         self._pushes = Pushes(queue_size, max_values, self._errors, fanout, self._source)
         self._pushed: set[str] = set()  # names given to log(): never watch names
         self._poller = Poller(self._counters, fanout, self._errors, self._worker_pool)
+        self._emit = fanout
+        if alerts is not None and (isinstance(alerts, Alert) or not isinstance(alerts, (list, tuple))):
+            raise ConfigError(f"Monitor: alerts must be a list of monitor_async.Alert rules, got {alerts!r}")
+        notifiers = [] if notify is None else [notify] if callable(notify) else list(notify)
+        self._alerts = Engine(
+            alerts or (), notifiers, float(notify_timeout), fanout.event, self._source
+        )
+        self._lag = LoopLag(self._alerts)
+        self._hook_alerts()
         self._watches: dict[str, Watch] = {}
         self._ticks: Ticks | None = None  # the running loop's timers
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -382,6 +406,7 @@ class Monitor:
         if step is None and schedule is not None and schedule.kind == "counter":
             step = schedule.key
         interval = float(poll_interval or self.poll_interval)
+        self._alerts.check_watch(name, interval)
         common: dict[str, Any] = dict(
             target=target,
             name=name,
@@ -397,6 +422,7 @@ class Monitor:
             source=self._source,
         )
         watch = Watch(**common) if publish is None else ReducedWatch(publish, **common)
+        self._alerts.add_watch(name, interval, target)
         self._watches[name] = watch
         if self._loop is not None:
             self._spawn(watch)
@@ -436,12 +462,17 @@ class Monitor:
                 members = world.world_size
                 self._boards[base] = board  # its threads are retired when the monitor stops
                 added.append(self._add(target, base, options, publisher(board, world.rank, spec)))
+                if not world.main:  # the main rank evaluates this watch's rules, for every rank
+                    self._alerts.ignore(base)
                 count = "ranks"
             if group or world.main:
                 # the member's step key, when it is reduced by one reduction (samples: sum), steps "/all" too
                 step = options.get("step")
                 outputs = {key: out for key, _, out in spec.metrics() if isinstance(spec.keys[key], str)}
-                added.append(self._add(Reduction(board, spec, stale, count, members), f"{base}/all", dict(
+                reduction = Reduction(board, spec, stale, count, members)
+                if not group:  # the alert rules see every rank's values on the board
+                    reduction.observer = functools.partial(self._alerts.board, base, world.rank)
+                added.append(self._add(reduction, f"{base}/all", dict(
                     step=outputs.get(step) if step is not None else None,
                     poll_interval=interval,
                     offload="thread" if board.blocking else "inline",
@@ -475,6 +506,7 @@ class Monitor:
         watch = self._watches.pop(name)
         if watch.caller.abandon():
             self._counters.calls_abandoned += 1
+        self._alerts.remove_watch(name)
         task = self._tasks.pop(name, None)
         if task is not None:
             task.cancel()
@@ -488,8 +520,55 @@ class Monitor:
         """``{watch name: how its stats() is called}`` (``inline``, ``thread``, ``remote``)."""
         return {name: watch.caller.mode for name, watch in self._watches.items()}
 
+    # ------------------------------------------------------------------- alerts
+    def alert(self, rule: Alert) -> None:
+        """Adds an alert rule, before or while running; it is checked against the watches it concerns.
+
+        Args:
+            rule: an [`Alert`][monitor_async.Alert] (e.g. `Alert.stalled("collector/frames", after=60)`).
+
+        Raises:
+            ConfigError: the rule cannot hold for a watch it concerns (the
+                message names the rule, the watch and the parameter).
+
+        Examples:
+            >>> from monitor_async import Alert, Monitor
+            >>> monitor = Monitor()
+            >>> monitor.alert(Alert.quiet("collector", after=30))
+            >>> monitor.firing()
+            []
+        """
+        self._alerts.add(rule)
+        self._hook_alerts()
+        if self._loop is not None:
+            self._alerts.start(self._loop)
+
+    def firing(self) -> list[AlertEvent]:
+        """The events of the alerts firing now (one per rule, watch, key and source)."""
+        return self._alerts.firing()
+
+    def _hook_alerts(self) -> None:
+        """With rules, the fan-out, the poller and the pushes tell the engine; without, nothing is added."""
+        engine = self._alerts
+        if engine.active:
+            self._emit.observer = engine.observe
+            self._poller.alerts = engine
+            self._pushes.rescan = engine.rescan if engine.scan_nonfinite else None
+
+    @property
+    def own_loop(self) -> bool:
+        """Whether the loop the monitor runs on is its own (`SyncMonitor`), for the blocked-loop warning."""
+        return self._lag.own_loop
+
+    @own_loop.setter
+    def own_loop(self, value: bool) -> None:
+        self._lag.own_loop = bool(value)
+
     def _spawn(self, watch: Watch) -> None:
         assert self._loop is not None and self._ticks is not None
+        # until its task runs, the watch's first slot is now (a blocked loop misses it, see _count_missed)
+        watch.origin = watch.due = self._loop.time()
+        watch.slot = 0
         watch.background = True
         self._tasks[watch.name] = self._loop.create_task(
             poll_forever(self._ticks, watch), name=f"monitor-async poll {watch.name}"
@@ -568,6 +647,8 @@ class Monitor:
         failure is raised after the others were polled and written.
         """
         self._pushes.drain()
+        if self._loop is None:
+            self._alerts.resume()  # in manual mode, time runs between steps
         poller = self._poller
         logged: dict[str, dict[str, float]] = {}
         pending: list[tuple[Watch, Any]] = []
@@ -593,6 +674,7 @@ class Monitor:
             for waiter in waiters:
                 if waiter is not None and not waiter.done():
                     waiter.cancel()
+        self._alerts.check_all()
         self._raise_pending()
         return logged
 
@@ -645,6 +727,8 @@ class Monitor:
         for watch in self._watches.values():
             self._spawn(watch)
         self._pushes.attach(self._loop)
+        self._lag.start(self._loop)
+        self._alerts.start(self._loop)
         return self
 
     def _forget_loop(self) -> None:
@@ -690,6 +774,9 @@ class Monitor:
                 self._raise_pending()
                 return
             if not self._finals_taken:
+                self._lag.stop()  # a loop blocked until now is still seen
+                self._count_missed()
+                self._alerts.stop()  # no event after stop(); the time stopped does not count
                 await self._cancel_polls()
                 self._pushes.attach(None)
                 self._pushes.drain()  # everything pushed before stop() is written
@@ -709,6 +796,17 @@ class Monitor:
                 self._stop_event.set()
             self._loop = None
         self._raise_pending()
+
+    def _count_missed(self) -> None:
+        """The slots a blocked loop skipped and no timer will count now: the polls stop here."""
+        if self._loop is None:
+            return
+        now = self._loop.time()
+        counters = self._counters
+        for name in self._tasks:
+            watch = self._watches.get(name)
+            if watch is not None and now - watch.due > watch.interval:
+                counters.polls_missed += int((now - watch.due) // watch.interval)
 
     def _stop_lock_here(self) -> asyncio.Lock:
         """The lock that serialises stop() calls, made for the running loop (a restart may use another)."""
@@ -806,7 +904,11 @@ class Monitor:
         ``written``, ``dropped`` (pushed out of a full queue, or lost with a
         failed write), ``abandoned`` (given up on at ``stop()``: the sink
         hung), ``delivered`` (every record handed to the sink), ``errors`` and
-        ``write_seconds``.
+        ``write_seconds``; ``loop_lag_max`` (the longest the event loop ran
+        late, seconds), ``alerts_firing`` (alerts firing now), ``alerts_fired``
+        (events that fired so far), ``notify_errors`` (notifier calls that
+        raised or passed ``notify_timeout``) and ``notify_skipped`` (events a
+        still-busy notifier did not get).
         """
         c = self._counters
         out = {
@@ -821,7 +923,9 @@ class Monitor:
             "targets_died": float(c.targets_died),
             "log_dropped": float(self._pushes.dropped),
             "calls_abandoned": float(c.calls_abandoned),
+            "loop_lag_max": self._lag.lag_max,
         }
+        self._alerts.report(out)
         for channel in self._channels:
             channel.report(out)
         return out

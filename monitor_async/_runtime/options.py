@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypedDict
 
+from .._core.alerts import Alert, AlertEvent
 from .._core.policy import OnError
 from .._core.schedule import Every
 from .._core.world import World
@@ -28,6 +29,9 @@ class MonitorOptions(TypedDict, total=False):
     max_values: int
     batch_wait: float
     world: World | None
+    alerts: Sequence[Alert] | None
+    notify: Sequence[Callable[[AlertEvent], Any]] | Callable[[AlertEvent], Any] | None
+    notify_timeout: float
 
 
 class WatchOptions(TypedDict, total=False):

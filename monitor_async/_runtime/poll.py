@@ -21,6 +21,7 @@ from .._core.guard import as_error, must_propagate
 from .._core.policy import ErrorPolicy, describe, log
 from .._core.record import Record
 from .._core.threads import WorkerPool
+from .alerts import Engine
 from .callers import Busy, InlineCaller, ThreadCaller
 from .counters import GRACE, Counters
 from .fanout import Fanout
@@ -36,7 +37,7 @@ class Poller:
     :mod:`monitor_async._core.guard` for the two exceptions that propagate).
     """
 
-    __slots__ = ("counters", "emit", "errors", "pool", "stuck")
+    __slots__ = ("alerts", "counters", "emit", "errors", "pool", "stuck")
 
     def __init__(
         self,
@@ -50,6 +51,8 @@ class Poller:
         self.errors = errors
         self.pool = pool
         self.stuck: dict[Watch, asyncio.Task[Any]] = {}
+        self.alerts: Engine | None = None
+        """The alert rules, told of polls that logged nothing or left values out; ``None`` without rules."""
         """Watches whose awaited ``stats()`` ignored its cancellation, with the task left behind."""
 
     def _still_stuck(self, watch: Watch) -> bool:
@@ -173,6 +176,12 @@ class Poller:
         counters = self.counters
         if dropped:
             counters.values_dropped += dropped
+        alerts = self.alerts
+        if alerts is not None:
+            if dropped:
+                alerts.rescan(watch.name, raw, watch.source)  # NaN and inf values: the slow path only
+            if record is None:
+                alerts.polled(watch.name)
         if watch.caller.wants_thread:
             self.promote(watch)
         if record is not None:

@@ -29,7 +29,7 @@ import contextlib
 import itertools
 import operator
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from time import time as _time
 from typing import Any
 
@@ -103,7 +103,7 @@ class Pushes:
 
     __slots__ = (
         "_armed", "_caches", "_count", "_failed", "_failing", "_items", "_loop", "_reads", "_taken", "errors",
-        "fanout", "limit", "max_values", "source",
+        "fanout", "limit", "max_values", "rescan", "source",
     )
 
     def __init__(
@@ -123,6 +123,8 @@ class Pushes:
         self._armed = False
         self._caches: dict[str, KeyCache] = {}
         self._failing: set[str] = set()
+        self.rescan: Callable[[str, Any, Source], None] | None = None
+        """Told of a push that left values out (the ``nonfinite`` alert rules), or ``None``."""
 
     # ------------------------------------------------------------ caller's side
     def push(self, name: Any, metrics: Any, step: Any) -> None:
@@ -177,7 +179,10 @@ class Pushes:
                     self._failing.add(label)
                 continue
             self._failing.discard(name)
-            left_out += dropped
+            if dropped:
+                left_out += dropped
+                if self.rescan is not None:
+                    self.rescan(name, metrics, self.source)
             emit(record)
         if left_out:
             self.fanout.counters.values_dropped += left_out

@@ -170,6 +170,8 @@ class Reduction:
         self.members = members
         self.seen: dict[int, tuple[int, float]] = {}
         self.started: float | None = None  # the first read: missing members are stale from stale seconds on
+        self.observer: Callable[[Mapping[int, tuple[int, Mapping[str, float]]]], None] | None = None
+        """Sees every board read (the alert rules, which track each rank), or ``None``."""
 
     def stats(self) -> Any:
         got = self.board.read()
@@ -181,6 +183,8 @@ class Reduction:
         return self.reduce(await pending)
 
     def reduce(self, latest: Mapping[int, tuple[int, Mapping[str, float]]]) -> dict[str, float]:
+        if self.observer is not None:
+            self.observer(latest)
         now = monotonic()
         fresh: list[Mapping[str, float]] = []
         stale = 0

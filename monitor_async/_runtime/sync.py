@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from types import TracebackType
 from typing import Any, TypeVar, Unpack
 
+from .._core.alerts import Alert, AlertEvent
 from .._core.exceptions import MonitorClosedError
 from .._core.policy import OnError, log
 from .._core.threads import join_all
@@ -72,7 +73,8 @@ class SyncMonitor:
         **options: every keyword option of :class:`Monitor`
             (``poll_interval``, ``on_error``, ``queue_size``, ``max_batch``,
             ``poll_timeout``, ``close_sinks``, ``stop_timeout``,
-            ``thread_limit``, ``max_values``, ``batch_wait``, ``world``).
+            ``thread_limit``, ``max_values``, ``batch_wait``, ``world``,
+            ``alerts``, ``notify``, ``notify_timeout``).
 
     Examples:
         >>> from monitor_async import SyncMonitor
@@ -92,6 +94,7 @@ class SyncMonitor:
         self, sinks: Any = None, *, background: bool = True, **options: Unpack[MonitorOptions]
     ) -> None:
         self.monitor = Monitor(sinks, **options)
+        self.monitor.own_loop = background  # a blocked loop is then the monitor's thread, not the caller's
         self.background = background
         grace = min(1.0, self.monitor.stop_timeout)  # for what is left when a loop ends
         self._lock = threading.Lock()
@@ -248,6 +251,14 @@ class SyncMonitor:
     def stats(self) -> dict[str, float]:
         """The monitor's own counters (see :meth:`Monitor.stats`); readable after ``close()`` too."""
         return self._call(self.monitor.stats)
+
+    def alert(self, rule: Alert) -> None:
+        """Adds an alert rule, before or while running (see `Monitor.alert`)."""
+        self._call(functools.partial(self.monitor.alert, rule))
+
+    def firing(self) -> list[AlertEvent]:
+        """The events of the alerts firing now (see `Monitor.firing`)."""
+        return self._call(self.monitor.firing)
 
     def start(self) -> SyncMonitor:
         """Starts background polling (``background=True``); otherwise only re-arms ``stop()``."""

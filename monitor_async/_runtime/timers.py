@@ -242,6 +242,7 @@ async def poll_forever(ticks: Ticks, watch: Watch) -> None:
                 raise
             pending = poller.answer(watch) if got is OWN else got
             continue
+        watch.due = due
         while True:
             try:
                 await ticks.at(due)

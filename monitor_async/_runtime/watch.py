@@ -250,7 +250,8 @@ class Watch:
         used by two threads at once.
         """
         if type(raw) is dict or isinstance(raw, Mapping):
-            return Flattened(*read(raw, self.max_values, self.keys))
+            metrics, dropped = read(raw, self.max_values, self.keys)
+            return Flattened(metrics, dropped, raw if dropped else None)
         return raw
 
     def _find_rates(self) -> None:

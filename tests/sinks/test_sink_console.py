@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from rich.console import Console
 
-from monitor_async import Monitor, Record
+from monitor_async import AlertEvent, Monitor, Record, SinkClosedError
 from monitor_async._cli.demo import DemoSystem
 from monitor_async._core.names import DEFAULT_RATE_NAMES, RATE, split_rates
 from monitor_async.backends import ConsoleSink, MemorySink
@@ -283,3 +283,105 @@ def test_bad_intervals_are_rejected_at_construction() -> None:
         ConsoleSink(min_interval=-1)
     with pytest.raises(ValueError, match="refresh must be a strictly positive"):
         ConsoleSink(refresh=0)
+
+
+# ------------------------------------------------------------------------------------------ alerts
+
+
+def stalled(state: str = "firing", severity: str = "warning", watch: str = "collector", **source: int) -> AlertEvent:
+    return AlertEvent(f"stalled {watch}/frames", state, severity, watch, f"{watch}/frames", 120_000.0,  # type: ignore[arg-type]
+                      1_000.0, 1_062.0, source, f"{watch}/frames has not increased for 62 s (last value 120000)")
+
+
+async def test_line_mode_prints_each_alert_at_once_whatever_the_throttle() -> None:
+    out = io.StringIO()
+    sink = ConsoleSink(out, min_interval=3600)
+    monitor = Monitor(sink)
+    monitor.watch(Collector(), name="collector")
+    await monitor.step()
+    await sink.alert(stalled())
+    await sink.alert(stalled(severity="critical", watch="rb", rank=1))
+    await sink.alert(stalled("resolved"))
+    lines = [line.split(" ", 1)[1] for line in out.getvalue().splitlines()[1:]]
+    assert lines == [
+        "ALERT warning: collector/frames has not increased for 62 s (last value 120000)",
+        "ALERT critical: rb/frames has not increased for 62 s (last value 120000) [rank=1]",
+        "resolved: collector/frames has not increased for 62 s (last value 120000)",
+    ]
+    await sink.close()
+
+
+async def test_an_alert_before_any_record_opens_the_sink() -> None:
+    out = io.StringIO()
+    async with ConsoleSink(out) as sink:
+        pass
+    fresh = ConsoleSink(out)
+    await fresh.alert(stalled())
+    assert "ALERT warning: collector/frames" in out.getvalue()
+    await fresh.close()
+    with pytest.raises(SinkClosedError):
+        await sink.alert(stalled())
+
+
+async def test_live_mode_shows_firing_alerts_above_the_table_until_they_resolve(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.setenv("LINES", "24")
+    out = io.StringIO()
+    sink = ConsoleSink(out, live=True, refresh=0.05)
+    monitor = Monitor(sink)
+    monitor.watch(Collector(), name="collector", step="frames")
+    monitor.watch(monitor, name="monitor")
+    await monitor.step()
+    await sink.alert(stalled(severity="critical"))
+    await sink.alert(stalled(watch="rb"))
+    await monitor.flush()
+
+    def frame() -> list[str]:
+        text = ANSI.sub("", out.getvalue())
+        start = text.rfind("\n", 0, text.rfind("monitor-async · ")) + 1
+        lines = text[:start].rstrip("\n").splitlines()
+        above = [line for line in reversed(lines) if line.startswith("ALERT")]
+        return [*reversed(above[:2]), *text[start:].splitlines()]
+
+    shown = frame()
+    assert shown[0].startswith("ALERT critical: collector/frames has not increased for 62 s")
+    assert shown[1].startswith("ALERT warning: rb/frames has not increased")
+    assert shown[2].startswith("monitor-async · 2 watches · ")
+    assert len(sink.table.firing()) == 2
+
+    await sink.alert(stalled("resolved", severity="critical"))
+    await monitor.flush()
+    assert [e.watch for e in sink.table.firing()] == ["rb"], "the resolved one leaves"
+    await sink.alert(stalled("resolved", watch="rb"))
+    await monitor.stop(log_final=False)
+    await sink.close()
+    text = ANSI.sub("", out.getvalue())
+    assert "ALERT" not in text[text.rindex("monitor-async · ") - 200:], "no alert above the last table"
+
+
+def test_alerts_take_at_most_a_third_of_the_height(demo_records: list[Record]) -> None:
+    table = WatchTable()
+    table.update(demo_records)
+    for i in range(20):
+        table.alert(stalled(watch=f"w{i}"))
+    console = Console(width=80, height=24, file=io.StringIO(), record=True, color_system=None)
+    console.print(table)
+    lines = console.export_text().rstrip("\n").splitlines()
+    assert len(lines) <= 24 and max(map(len, lines)) <= 80
+    assert [line for line in lines if line.startswith(("ALERT", "+"))][-1] == "+13 more alerts"
+    assert sum(line.startswith("ALERT") for line in lines) == 7
+
+
+def test_the_title_counts_the_watches_the_demo_summary_counts(demo_records: list[Record]) -> None:
+    (title,) = [line for line in draw(demo_records, 80, 24) if line.startswith("monitor-async · ")]
+    watches = max(r.metrics["monitor/watches"] for r in demo_records if r.name == "monitor")
+    assert watches == 5 and title.startswith("monitor-async · 5 watches · "), title
+
+
+def test_one_value_left_out_is_singular() -> None:
+    own = {"polls": 3.0, "records": 3.0, "values_dropped": 1.0, "watches": 1.0}
+    record = Record(name="monitor", step=None, time=0.0, metrics={f"monitor/{k}": v for k, v in own.items()})
+    assert line(record).endswith("errors 0 · 1 value left out")
+    assert "1 value left out" in "\n".join(draw([record], 80, 24))

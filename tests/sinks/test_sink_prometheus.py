@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import socket
 import subprocess
@@ -17,7 +18,7 @@ pytest.importorskip("prometheus_client")
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from monitor_async import Monitor
+from monitor_async import AlertEvent, Monitor
 from monitor_async.backends import PrometheusSink
 
 Samples = dict[tuple[str, str | None], float]
@@ -207,3 +208,92 @@ def test_importing_backends_imports_no_optional_library() -> None:
         "assert 'prometheus_client' in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+# ------------------------------------------------------------------------------------------ alerts
+
+
+def event(state: str, severity: str, watch: str, **source: int) -> AlertEvent:
+    return AlertEvent("stalled */frames", state, severity, watch, f"{watch}/frames", 100.0,  # type: ignore[arg-type]
+                      1.0, 2.0, source, f"{watch}/frames has not increased for 62 s")
+
+
+def get(url: str) -> tuple[int, str, str]:
+    """A real GET: status, content type and body (an HTTP error status is an answer too)."""
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.status, response.headers["Content-Type"], response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.headers["Content-Type"], error.read().decode()
+
+
+def alerts(text: str) -> list[tuple[dict[str, str], float]]:
+    return [(s.labels, s.value) for f in text_string_to_metric_families(text) if f.name == "ALERTS" for s in f.samples]
+
+
+async def check_alerts_and_health(sink: PrometheusSink, metrics_url: str, health_url: str) -> None:
+    """ALERTS and /healthz over real HTTP as events fire and resolve."""
+    status, kind, body = await asyncio.to_thread(get, health_url)
+    assert (status, kind, json.loads(body)) == (200, "application/json", {"status": "ok", "firing": []})
+
+    await sink.alert(event("firing", "warning", "collector"))
+    _, _, text = await asyncio.to_thread(get, metrics_url)
+    assert alerts(text) == [({"alertname": "stalled */frames", "alertstate": "firing", "severity": "warning",
+                              "watch": "collector"}, 1.0)]
+    status, _, body = await asyncio.to_thread(get, health_url)
+    assert status == 200 and [e["watch"] for e in json.loads(body)["firing"]] == ["collector"], "a warning is healthy"
+
+    await sink.alert(event("firing", "critical", "learner", rank=1))
+    _, _, text = await asyncio.to_thread(get, metrics_url)
+    assert sorted((labels["watch"], labels["severity"], labels["rank"]) for labels, _ in alerts(text)) == [
+        ("collector", "warning", ""), ("learner", "critical", "1")]
+    status, kind, body = await asyncio.to_thread(get, health_url)
+    assert (status, kind) == (503, "application/json")
+    answer = json.loads(body)
+    assert answer["status"] == "critical"
+    assert [AlertEvent.from_dict(e) for e in answer["firing"]] == sink.firing()
+    assert answer["firing"][1]["message"] == "learner/frames has not increased for 62 s"
+
+    await sink.alert(event("resolved", "critical", "learner", rank=1))
+    status, _, _ = await asyncio.to_thread(get, health_url)
+    assert status == 200
+    await sink.alert(event("resolved", "warning", "collector"))
+    _, _, text = await asyncio.to_thread(get, metrics_url)
+    assert alerts(text) == [], "Prometheus drops a resolved alert's series"
+    assert parse(text)[("monitor_async_frames", "collector")] == 5.0, "the metrics are still served"
+
+
+async def test_alerts_are_ALERTS_gauges_and_healthz_answers_503_while_a_critical_one_fires() -> None:
+    async with PrometheusSink(port=0) as sink:
+        monitor = Monitor(sink)
+        monitor.watch(Counter(frames=5), name="collector")
+        await monitor.step()
+        assert sink.health_url == sink.url.replace("/metrics", "/healthz")
+        await check_alerts_and_health(sink, sink.url, sink.health_url)
+
+
+async def test_asgi_app_serves_healthz_beside_the_metrics_under_uvicorn() -> None:
+    uvicorn = pytest.importorskip("uvicorn")
+    sink = PrometheusSink(port=None)
+    monitor = Monitor(sink)
+    monitor.watch(Counter(frames=5), name="collector")
+    await monitor.step()
+    server = uvicorn.Server(uvicorn.Config(sink.asgi_app(), log_level="warning"))  # lifespan on: it answers
+    listener = socket.create_server(("127.0.0.1", 0))
+    task = asyncio.create_task(server.serve(sockets=[listener]))
+    try:
+        base = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        await check_alerts_and_health(sink, base + "/metrics", base + "/healthz")
+    finally:
+        server.should_exit = True
+        await task
+        listener.close()
+    await sink.close()
+
+
+async def test_an_alert_before_any_record_starts_the_server() -> None:
+    sink = PrometheusSink(port=0)
+    await sink.alert(event("firing", "critical", "collector"))
+    status, _, _ = await asyncio.to_thread(get, sink.health_url)
+    assert status == 503
+    await sink.close()

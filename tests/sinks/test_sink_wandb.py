@@ -96,3 +96,39 @@ async def test_writing_after_close_raises(offline: Path) -> None:
 def test_a_run_and_init_arguments_together_are_rejected() -> None:
     with pytest.raises(ValueError, match="pass one or the other"):
         WandbSink(object(), project="x")
+
+
+async def test_alerts_reach_the_run_with_their_level_and_state_in_the_title(offline: Path) -> None:
+    from monitor_async import AlertEvent
+
+    def event(state: str, severity: str, watch: str) -> AlertEvent:
+        return AlertEvent("stalled */frames", state, severity, watch, f"{watch}/frames", 100.0,  # type: ignore[arg-type]
+                          1.0, 2.0, {}, f"{watch}/frames has not increased for 62 s")
+
+    sink = WandbSink(project="monitor-async-tests", dir=str(offline))
+    monitor = Monitor(sink, close_sinks=True)
+    monitor.watch(Collector(), name="collector", rate_keys=[])
+    await monitor.step()
+    await sink.alert(event("firing", "warning", "collector"))
+    await sink.alert(event("firing", "critical", "rb"))
+    await sink.alert(event("resolved", "warning", "collector"))
+    await monitor.stop(log_final=False)
+
+    alerts = [r["alert"] for r in transaction_log(offline) if r["type"] == "alert"]
+    assert [(a["title"], a["level"], a["text"]) for a in alerts] == [
+        ("firing: stalled */frames · collector", "WARN", "collector/frames has not increased for 62 s"),
+        ("firing: stalled */frames · rb", "ERROR", "rb/frames has not increased for 62 s"),
+        ("resolved: stalled */frames · collector", "INFO", "collector/frames has not increased for 62 s"),
+    ]
+
+
+async def test_an_alert_before_any_record_opens_the_run_and_titles_stay_under_64(offline: Path) -> None:
+    from monitor_async import AlertEvent
+
+    long = "stalled " + "x" * 80
+    sink = WandbSink(project="monitor-async-tests", dir=str(offline))
+    await sink.alert(AlertEvent(long, "firing", "critical", "w", None, None, 1.0, 2.0, {"rank": 3}, ""))
+    await sink.close()
+    [alert] = [r["alert"] for r in transaction_log(offline) if r["type"] == "alert"]
+    assert len(alert["title"]) < 64 and alert["title"].startswith("firing: stalled xxx")
+    assert alert["text"] == long and alert["level"] == "ERROR", "the rule stands in for an empty message"
