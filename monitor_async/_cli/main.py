@@ -121,7 +121,7 @@ def _run(args: argparse.Namespace) -> int:
     from .runs import load_run
 
     run = load_run(args.run)
-    if args.metric:
+    if getattr(args, "metric", None):
         selected = run.select(_keep(args.metric))
         if next(run.iter_records(), None) is not None and next(selected.iter_records(), None) is None:
             print(f"monitor-async {args.command}: no metric of {args.run} matches {' '.join(args.metric)}",

@@ -53,8 +53,8 @@ LOOKED_FOR = (
     "no .jsonl file of JSONLSink, no .csv file of CSVSink, no TorchRL CSVLogger folder (scalars/*.csv) "
     "and no TensorBoard event file (events.out.tfevents.*)"
 )
-CHUNK = 1 << 22
-"""Bytes read at a time (4 MiB): what a read holds besides what the reader keeps."""
+CHUNK = 1 << 18
+"""Bytes read at a time (256 KiB): what a read holds (its records) besides what the reader keeps."""
 TIMED = ("jsonl", "csv", "tensorboard")
 
 

@@ -42,14 +42,16 @@ async def tail(
     On a terminal with rich installed this is the console sink's live table
     (one row per watch, its latest values and rates, the monitor's summary
     line); anywhere else one line per record, starting with each watch's
-    latest record so far. Files are read on a worker thread, every
-    ``interval`` seconds, from where the last read stopped; a torn last line
-    waits for its end, and files of the run's format that appear later (a
-    second monitor's) are followed too. Runs until ``stop`` is set or the
+    latest record so far (the history is streamed: memory per watch, not per
+    record). Files are read on a worker thread, every ``interval`` seconds,
+    from where the last read stopped; a torn last line waits for its end,
+    files of the run's format that appear later (a second monitor's) are
+    followed too, and a file replaced at its path (rotation) is read to its
+    end, then the new one from its start. Runs until ``stop`` is set or the
     task is cancelled (Ctrl-C); the table is left on screen.
 
     Args:
-        path: a run's folder, or one of its ``.jsonl`` / ``.csv`` files.
+        path: a run's folder, or one of its files (any format ``show`` reads).
         interval: seconds between two reads (> 0).
         live: ``True`` for the table, ``False`` for lines, ``None`` to pick
             the table on a terminal with rich installed.
@@ -70,22 +72,31 @@ async def tail(
         live = importlib.util.find_spec("rich") is not None and bool(getattr(out, "isatty", lambda: False)())
     followers = {f: Follower(f, kind) for f in files}
 
-    def read() -> list[Record]:
+    def read(latest: bool = False) -> list[Record]:
+        """The new records of every file; with ``latest``, only each watch's last (memory per watch)."""
         if Path(path).is_dir():
             try:
                 again, found = find_run_files(path)
-            except FileNotFoundError:
+            except (FileNotFoundError, OSError):
                 found = []
             for f in found:
                 if again == kind and f not in followers:
                     followers[f] = Follower(f, kind)
-        return [r for f in list(followers.values()) for r in f.read()]
+        out: list[Record] = []
+        for follower in list(followers.values()):
+            while True:  # a chunk at a time, so a large file's history is never all in memory
+                before = follower.offset
+                got = [item for _, item in follower.read_entries() if isinstance(item, Record)]
+                out = _latest(out + got) if latest else out + got
+                if follower.offset == before:
+                    break
+        return out
 
     stopped = stop or asyncio.Event()
     async with ConsoleSink(out, min_interval=0, live=live, title=title, name="tail") as sink:
-        history = await asyncio.to_thread(read)
+        history = await asyncio.to_thread(read, True)
         if history:
-            await sink.write(history if live else _latest(history))
+            await sink.write(history)
         while not stopped.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stopped.wait(), interval)
