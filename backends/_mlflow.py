@@ -215,7 +215,7 @@ class MLflowSink(ResilientSink):
           record; one that refuses a batch (4xx) gets a counted error naming
           the status and MLflow's message. A batch replayed from an earlier
           process's spool goes to the run it was logged for.
-        - ``await sink.alert(event)`` (an [AlertEvent][monitor_async.AlertEvent])
+        - ``await sink.alert(event)`` (an `AlertEvent`)
           sets the run tag ``alert.<rule>`` (made valid by `mlflow_key`)
           to the event's state, ``firing`` or ``resolved``, through the same
           spool, in order with the metrics.

@@ -78,7 +78,7 @@ class Webhook(ResilientSink):
             ``{"text": ...}``), ``"discord"`` (``{"content": ...}``, cut to
             Discord's 2000 characters) or ``"json"``
             (``{"events": [event.to_dict(), ...]}``, see
-            [AlertEvent][monitor_async.AlertEvent]).
+            `AlertEvent`).
         headers: extra HTTP headers (a token...); ``None`` (default): none.
         group_window: seconds the events of one rule are gathered before
             they are posted (default 1.0); must be a finite number >= 0.

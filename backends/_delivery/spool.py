@@ -125,12 +125,18 @@ class Spool:
                 raise ConfigError(f"sink {self.label!r}: cannot create spool_dir {str(self.path)!r}: {exc}") from exc
         self._take_lock()
         found: list[tuple[int, int, Path]] = []
-        for item in self.path.iterdir():
+        try:
+            items = list(self.path.iterdir())
+        except OSError as exc:
+            self.close()
+            raise ConfigError(f"sink {self.label!r}: cannot read spool_dir {str(self.path)!r}: {exc}") from exc
+        for item in items:
             match = _FILE.match(item.name)
             if match:
                 found.append((int(match[1]), int(match[2]), item))
             elif item.name.endswith(".tmp"):  # a write cut short by a crash: never renamed, never counted
-                item.unlink(missing_ok=True)
+                with contextlib.suppress(OSError):  # a read-only folder: it stays, still never counted
+                    item.unlink(missing_ok=True)
         stored = self._read_unsure()
         unsure = stored | self._read_sending()
         left: list[Batch] = []
@@ -142,8 +148,9 @@ class Spool:
             left.append(Batch(seq, count, size, waited=True, unsure=seq in unsure))
         # the marks are kept in one place from now on: "unsure", for the batches still here
         self._unsure = stored
-        self.mark_unsure(b.seq for b in left if b.unsure)
-        (self.path / "sending").unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # a read-only folder: the marks cannot move, the batches still go
+            self.mark_unsure(b.seq for b in left if b.unsure)
+            (self.path / "sending").unlink(missing_ok=True)
         self.batches.extend(left)
         self.bytes = sum(b.size for b in left)
         self.records = sum(b.count for b in left)

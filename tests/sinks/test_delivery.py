@@ -492,3 +492,21 @@ async def test_a_closed_network_sink_leaves_no_worker_thread_behind(server: Rece
     await wait_until(lambda: not any(t.name.startswith("monitor-async-threads") for t in threading.enumerate()),
                      timeout=3.0)
     assert steps(server, "w") == [1]
+
+
+async def test_a_read_only_spool_left_by_an_earlier_run_is_still_sent_and_its_files_named(
+    server: Receiver, small_fs: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    server.stop()
+    sink = PostSink(server.url, spool_dir=small_fs, backoff=FAST)
+    for step in (1, 2):
+        await sink.write([record(step)])
+    await sink.close()
+    subprocess.run(["mount", "-o", "remount,ro", str(small_fs)], check=True)
+    server.start()
+    with caplog.at_level(logging.WARNING, logger="monitor_async"):
+        async with PostSink(server.url, spool_dir=small_fs, name="later") as later:
+            await later.flush()
+    assert steps(server, "w") == [1, 2]
+    cannot = [r.getMessage() for r in caplog.records if "cannot delete" in r.getMessage()]
+    assert len(cannot) == 1 and str(small_fs) in cannot[0] and "sends it again" in cannot[0]
