@@ -281,7 +281,7 @@ class LoggerSink(ThreadedSink):
     - TorchRL style: ``log_metrics(metrics, step=step)`` when the logger has
       it, else one ``log_scalar(name, value, step=step)`` per value, for
       each record.
-    - AgileRL style: ``write(report)`` with a [Report][monitor_async.Report]:
+    - AgileRL style: ``write(report)`` with a `Report`:
       one wide row holding every watch's and pushed name's latest values
       under a key set fixed for the whole run, so a fixed-header logger
       (AgileRL's `CSVLogger`) takes every report. A report is made per batch

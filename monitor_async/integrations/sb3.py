@@ -66,7 +66,7 @@ class MonitorCallback(BaseCallback):  # type: ignore[misc, unused-ignore]
     (timesteps per second since this ``learn()`` started, as SB3's
     ``time/fps``) and, once an episode finished, ``ep_rew_mean`` and
     ``ep_len_mean`` over the model's episode buffer; ``timesteps`` and
-    ``episodes`` get rates. During ``learn()`` a [MonitorWriter] is one of
+    ``episodes`` get rates. During ``learn()`` a `MonitorWriter` is one of
     the model's logger outputs, so every value SB3 records
     (``rollout/ep_rew_mean``, ``time/fps``, ``train/loss``...) reaches the
     sinks too, pushed with ``log()``: nothing blocks SB3's thread.

@@ -2,11 +2,14 @@
 
 Each ```python block is run on its own, in a fresh interpreter, in an empty
 folder (so the files it writes land there), and must exit 0. A block must
-define everything it uses: nothing is shared between blocks.
+define everything it uses: nothing is shared between blocks. A block whose
+first line is ``# needs: pkg`` is skipped where ``pkg`` does not import
+(AgileRL's page: its own venv runs it, see tests/integrations/test_agilerl.py).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -40,6 +43,11 @@ def test_the_pages_have_python_examples() -> None:
 @pytest.mark.parametrize(("page", "line", "code"), BLOCKS, ids=[f"{p}:{n}" for p, n, _ in BLOCKS])
 def test_example_runs_as_written(page: str, line: int, code: str, tmp_path: Path) -> None:
     assert "..." not in code.replace('"..."', ""), f"{page}:{line} holds a '...' placeholder"
+    needs = re.match(r"# needs: (.+)\n", code)
+    if needs is not None:
+        for module in needs.group(1).split(","):
+            if importlib.util.find_spec(module.strip()) is None:
+                pytest.skip(f"{page}:{line} needs {module.strip()}")
     env = dict(os.environ, WANDB_MODE="offline", WANDB_SILENT="true", RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0")
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     script = tmp_path / "example.py"

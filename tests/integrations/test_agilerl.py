@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import csv
 import math
+import os
+import re
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -141,3 +145,18 @@ def test_tensorboard_logger_writes_every_key_on_a_moving_global_step(tmp_path: P
     assert steps == sorted(steps) and len(set(steps)) == len(steps)
     logged = {round(e.value, 6) for e in loss_events if not math.isnan(e.value)}
     assert {round(x, 6) for x in losses} <= logged
+
+
+def test_the_agilerl_page_runs_as_written(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parents[2]
+    text = (root / "docs" / "integrations" / "agilerl.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"^```python[^\n]*\n(.*?)^```\s*$", text, re.S | re.M)
+    assert blocks
+    for code in blocks:
+        script = tmp_path / "example.py"
+        script.write_text(code, encoding="utf-8")
+        done = subprocess.run(
+            [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=180,
+            env={**os.environ, "PYTHONPATH": str(root)},
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
