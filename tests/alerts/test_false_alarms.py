@@ -74,7 +74,7 @@ async def test_a_monitor_stopped_mid_run_raises_nothing_then_or_when_it_starts_a
     monitor.watch(target, name="c")
     for run in range(1, 4):
         await monitor.start()
-        await until(lambda: monitor.stats()["polls"] >= 20 * run)
+        await until(lambda run=run: monitor.stats()["polls"] >= 20 * run)  # type: ignore[misc]
         await monitor.stop()
         polls = monitor.stats()["polls"]
         await asyncio.sleep(0.5)  # stopped for longer than `after`
