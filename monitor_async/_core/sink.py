@@ -46,6 +46,14 @@ class Sink(Protocol):
     ``Monitor.stats()`` reports as ``sink/<label>/<key>`` beside the
     monitor's own per-sink counters (those win on a name clash). It is called
     on the monitor's loop and must not block.
+
+    A sink may also define ``async def alert(self, event)``: it then gets
+    every [`AlertEvent`][monitor_async.AlertEvent] of the monitor's alert
+    rules (firing and resolved), in order, from the sink's own writer, through
+    a bounded queue of its own beside the records'
+    (``sink/<label>/alerts_written`` and ``alerts_dropped`` count them). A
+    sink without it never sees events. Like ``write``, it may take its time:
+    the rules and the polls never wait for it.
     """
 
     async def write(self, records: Sequence[Record]) -> None: ...

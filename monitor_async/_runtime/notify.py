@@ -35,7 +35,7 @@ def log_event(event: AlertEvent) -> None:
 
 
 def _label(fn: Callable[..., Any]) -> str:
-    return getattr(fn, "__qualname__", None) or type(fn).__name__
+    return getattr(fn, "__name__", None) or type(fn).__name__
 
 
 class Notifier:

@@ -1,0 +1,85 @@
+"""No false alarms: targets that are fine but look idle give zero events over hundreds of poll intervals."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from monitor_async import Alert, Monitor
+from monitor_async.backends import MemorySink
+from tests.alerts.support import Events, Moving, until
+
+INTERVAL = 0.01
+AFTER = 1.0
+INTERVALS = 300
+
+
+class Finishing:
+    """A collector that reaches its total and says so (TorchRL: ``completed=1``)."""
+
+    def __init__(self) -> None:
+        self.frames = 0
+
+    def stats(self) -> dict[str, int]:
+        self.frames = min(self.frames + 50, 1000)
+        return {"frames": self.frames, "completed": int(self.frames >= 1000)}
+
+
+class FullBuffer:
+    """A replay buffer at capacity: ``size`` never moves, ``write_count`` does."""
+
+    def __init__(self) -> None:
+        self.writes = 0
+
+    def stats(self) -> dict[str, int]:
+        self.writes += 10
+        return {"size": 1000, "capacity": 1000, "write_count": self.writes}
+
+
+class Slow:
+    """A counter that moves once per ``AFTER / 2``: slowly, but steadily."""
+
+    def __init__(self) -> None:
+        self.start = time.monotonic()
+
+    def stats(self) -> dict[str, Any]:
+        return {"frames": int((time.monotonic() - self.start) // (AFTER / 2))}
+
+
+async def test_a_finished_collector_a_full_buffer_and_a_slow_counter_raise_nothing() -> None:
+    events = Events()
+    monitor = Monitor(MemorySink(), poll_interval=INTERVAL, notify=events, alerts=[
+        *Alert.defaults(),
+        Alert.stalled("collector/frames", after=AFTER, unless="completed"),
+        Alert.stalled("rb/write_count", after=AFTER),
+        Alert.stalled("slow/frames", after=AFTER),
+        Alert.quiet("*", after=AFTER),
+    ])
+    monitor.watch(Finishing(), name="collector")
+    monitor.watch(FullBuffer(), name="rb")
+    monitor.watch(Slow(), name="slow")
+    async with monitor:
+        await until(lambda: monitor.stats()["polls"] >= 3 * INTERVALS, timeout=60)
+    assert events == [], events.states()
+    assert monitor.stats()["alerts_fired"] == 0.0
+
+
+async def test_a_monitor_stopped_mid_run_raises_nothing_then_or_when_it_starts_again() -> None:
+    events = Events()
+    target = Moving()
+    monitor = Monitor(MemorySink(), poll_interval=INTERVAL, notify=events, alerts=[
+        *Alert.defaults(), Alert.stalled("c/frames", after=0.3), Alert.quiet("c", after=0.3),
+    ])
+    monitor.watch(target, name="c")
+    for run in range(1, 4):
+        await monitor.start()
+        await until(lambda run=run: monitor.stats()["polls"] >= 20 * run)  # type: ignore[misc]
+        await monitor.stop()
+        polls = monitor.stats()["polls"]
+        await asyncio.sleep(0.5)  # stopped for longer than `after`
+        assert monitor.stats()["polls"] == polls
+    await monitor.start()
+    await asyncio.sleep(0.2)
+    await monitor.stop()
+    assert events == [], events.states()
