@@ -2,8 +2,8 @@
 
 ``Webhook`` posts alert events (Slack, Discord, JSON). Sinks backed by optional libraries (wandb, rich, prometheus_client, ray,
 mlflow, opentelemetry) are imported on first use, so importing this package
-never imports them. Network sinks build on :class:`ResilientSink` (retries
-with :class:`Backoff`, a disk spool, replay), which sink authors can use too.
+never imports them. Network sinks build on [ResilientSink][monitor_async.backends.ResilientSink] (retries
+with [Backoff][monitor_async.backends.Backoff], a disk spool, replay), which sink authors can use too.
 """
 
 from __future__ import annotations

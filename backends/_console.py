@@ -16,7 +16,7 @@ __all__ = ["ConsoleSink"]
 
 
 def line(record: Record) -> str:
-    """One compact line: ``HH:MM:SS name [step=N] metric=value ... rate/s=value``, numbers as :func:`eng` writes them.
+    """One compact line: ``HH:MM:SS name [step=N] metric=value ... rate/s=value``, numbers as ``eng`` writes them.
 
     A monitor watching itself gets its one-line summary instead:
     ``HH:MM:SS monitor: polls 309 · records 222 · dropped 0 · errors 0``.
@@ -217,7 +217,7 @@ class ConsoleSink(ThreadedSink):
         await self.call(self.alert_blocking, event)
 
     def alert_blocking(self, event: AlertEvent) -> None:
-        """:meth:`alert` on the sink's worker thread."""
+        """[alert][monitor_async.backends.ConsoleSink.alert] on the sink's worker thread."""
         if self._live is not None:
             self.table.alert(event)
             self._live.refresh()

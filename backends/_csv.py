@@ -72,7 +72,7 @@ class CSVSink(LineSink):
           (``monitor.stats()["sink/<label>/keys_escaped"]``): it never fails
           a batch. NUL is valid UTF-8 and ``csv.reader`` reads it back.
         - Memory is bounded: the row templates and quoted names it caches
-          hold about :attr:`cache_bytes` (4 MiB) at most, then start afresh,
+          hold about ``cache_bytes`` (4 MiB) at most, then start afresh,
           whatever the keys (one that changes at every poll included).
         - A file deleted or moved away while written (log rotation) is
           noticed at the next write and created again at ``path`` with the
@@ -165,7 +165,7 @@ class CSVSink(LineSink):
         return f"{info['time']!r},__launch__,,__launch__/pid,{float(pid) if isinstance(pid, int) else 0.0!r}{end}\n"
 
     def counters(self) -> dict[str, float]:
-        """``recreated`` (see :class:`LineSink`) and ``keys_escaped``: values written under an escaped key."""
+        """``recreated`` (see ``LineSink``) and ``keys_escaped``: values written under an escaped key."""
         out = super().counters()
         out["keys_escaped"] = float(self.keys_escaped)
         return out
@@ -203,7 +203,7 @@ class CSVSink(LineSink):
         return "".join(blocks)
 
     def _quote(self, text: str) -> str:
-        """``_quote(text)``, cached; the caches start afresh past :attr:`cache_bytes`."""
+        """``_quote(text)``, cached; the caches start afresh past ``cache_bytes``."""
         if self._cached > self.cache_bytes:
             self._clear()
         quoted = self._quoted[text] = _quote(text)

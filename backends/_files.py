@@ -221,7 +221,7 @@ class LineFile:
         """Appends ``data`` (whole lines) in one locked write; with ``fsync``, also forces it to disk.
 
         A file deleted or moved away since the last write is created again at
-        :attr:`path` (with the header) and ``data`` goes there, with a warning.
+        ``path`` (with the header) and ``data`` goes there, with a warning.
         """
         if self._file is None:  # created again after a move, and that failed: try once more
             await self.open()
@@ -255,9 +255,9 @@ class LineFile:
 
 
 class LineSink(BaseSink, abc.ABC):
-    """A sink that appends each batch to a :class:`LineFile` as one block of whole lines.
+    """A sink that appends each batch to a ``LineFile`` as one block of whole lines.
 
-    Subclasses say how a batch reads (:meth:`format`) and, optionally, the
+    Subclasses say how a batch reads (``format``) and, optionally, the
     ``header`` line a new file starts with.
     """
 

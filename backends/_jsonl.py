@@ -39,7 +39,7 @@ class JSONLSink(LineSink):
         - A file deleted or moved away while written (log rotation) is
           noticed at the next write and created again at ``path``, with one
           warning, counted in ``recreated``. The watch names it caches hold
-          about :attr:`cache_bytes` at most.
+          about ``cache_bytes`` at most.
         - Appending to an existing file keeps what it holds, and marks the new
           launch with a line ``{"launch": {"time", "pid", "host", "version"}}``
           before the first record. Alert events given to `alert()` are lines
@@ -137,7 +137,7 @@ class JSONLSink(LineSink):
         return "".join(lines)
 
     def _name(self, name: str) -> str:
-        """``name`` as JSON text, cached; the cache starts afresh past :attr:`cache_bytes`."""
+        """``name`` as JSON text, cached; the cache starts afresh past ``cache_bytes``."""
         if self._cached > self.cache_bytes:
             self._names.clear()
             self._cached = 0

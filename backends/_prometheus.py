@@ -201,7 +201,7 @@ class PrometheusSink(BaseSink):
           ``series_dropped`` and reported by one warning; existing ones keep
           updating.
         - Memory is bounded: ``max_series`` series at most, and the routes
-          from keys to series it caches hold about :attr:`cache_bytes`
+          from keys to series it caches hold about ``cache_bytes``
           (4 MiB), then start afresh. ``counters()`` reports
           ``series_dropped``, ``keys_collided`` and ``keys_escaped`` (in
           ``monitor.stats()`` as ``sink/<label>/...``).
@@ -214,16 +214,16 @@ class PrometheusSink(BaseSink):
           ``.host``/``.port``/``.url`` tell where it listens once entered. It
           binds to loopback unless you pass another ``host``: exposing
           metrics beyond this machine is your choice to make.
-          ``port=None`` opens no port; mount :meth:`asgi_app` in your own
+          ``port=None`` opens no port; mount [asgi_app][monitor_async.backends.PrometheusSink.asgi_app] in your own
           async server instead. ``close()`` stops the server.
 
         - Alerts (``alert(event)``, called by a monitor with rules): a
           firing event is an ``ALERTS{alertname="<rule>", alertstate="firing",
           severity, watch}`` series of value 1 (source fields as more labels,
           as for the metrics), as Prometheus exposes its own alerts; a
-          resolved event removes the series. :meth:`firing` lists them.
-        - Health: ``/healthz`` on the built-in server (:attr:`health_url`)
-          and in :meth:`asgi_app` answers 200 while no ``critical`` alert
+          resolved event removes the series. [firing][monitor_async.backends.PrometheusSink.firing] lists them.
+        - Health: ``/healthz`` on the built-in server ([health_url][monitor_async.backends.PrometheusSink.health_url])
+          and in [asgi_app][monitor_async.backends.PrometheusSink.asgi_app] answers 200 while no ``critical`` alert
           fires, else 503; the body is JSON, ``{"status": "ok" | "critical",
           "firing": [...]}`` with every firing event's fields. A Kubernetes
           liveness probe can point at it.
@@ -237,7 +237,7 @@ class PrometheusSink(BaseSink):
         port: the TCP port of the built-in server (default 9464), started
             when the sink opens (``async with`` or the first write). ``0``:
             a free port, read back from ``.port`` or ``.url`` once entered.
-            ``None``: no server and no port; serve :meth:`asgi_app` from your
+            ``None``: no server and no port; serve [asgi_app][monitor_async.backends.PrometheusSink.asgi_app] from your
             own server. A port in use raises ``OSError`` naming
             ``host:port`` when the sink opens: ranks sharing a host need a
             port each (``port=0``, or a base plus the local rank). Anything

@@ -75,7 +75,7 @@ class RaySink(ResilientSink):
 
     Guarantees:
         - The hosted sink lives in one async Ray actor; its coroutines run on
-          the actor's event loop (a :class:`~monitor_async.backends.ThreadedSink`
+          the actor's event loop (a [ThreadedSink][monitor_async.ThreadedSink]
           keeps its own worker thread there). ``write``, ``flush`` and
           ``close`` are awaited actor calls: when ``write`` returns, the
           hosted sink has written the batch.
@@ -85,7 +85,7 @@ class RaySink(ResilientSink):
         - Sharing: the handle is picklable (pass it to Ray tasks, actors or
           ``multiprocessing`` children of a Ray driver), and with
           ``actor_options={"name": ...}`` any process of the job can fetch it
-          with :meth:`connect`. Many monitors can so write into one
+          with [connect][monitor_async.backends.RaySink.connect]. Many monitors can so write into one
           TensorBoard folder, CSV/JSONL file or wandb run.
         - Ownership: only the handle that built the actor closes the hosted
           sink and ends the actor on ``close()``; copies and connected
@@ -100,7 +100,7 @@ class RaySink(ResilientSink):
           exception type); an actor that cannot build its sink raises a
           ``RuntimeError`` naming the sink on the first call.
         - The actor calls go through the resilient delivery of
-          :class:`~monitor_async.backends.ResilientSink`: while the actor is
+          [ResilientSink][monitor_async.backends.ResilientSink]: while the actor is
           temporarily unavailable (restarting after a crash, with
           ``actor_options={"max_restarts": ...}``), batches wait in this
           handle's spool and go out, in order, once it answers; ``write``
@@ -126,7 +126,7 @@ class RaySink(ResilientSink):
             actor, laid over the default ``{"num_cpus": 0}``, which lets the
             (I/O bound) sink actor sit next to tasks on a busy cluster.
             ``"name"`` lets any process of the job find it with
-            :meth:`connect`; ``"max_restarts"`` lets a crashed actor come
+            [connect][monitor_async.backends.RaySink.connect]; ``"max_restarts"`` lets a crashed actor come
             back while batches wait in the spool. ``None`` (default): the
             default alone. Options Ray refuses raise ``ValueError``.
         ranks: ``"all"`` (default): the monitor of every rank of a
@@ -136,7 +136,7 @@ class RaySink(ResilientSink):
             0) writes through this handle; on other ranks the monitor leaves
             it out. Anything else raises ``ConfigError``.
         delivery: this handle's spool options, as
-            :class:`~monitor_async.backends.ResilientSink` takes them:
+            [ResilientSink][monitor_async.backends.ResilientSink] takes them:
             ``{"spool_dir": ..., "spool_bytes": ..., "backoff": Backoff(...)}``,
             any of the three. ``None`` (default): a private temporary folder,
             64 MiB, ``Backoff()``. Any other key raises ``ConfigError``.
@@ -238,7 +238,7 @@ class RaySink(ResilientSink):
 
         Awaits the result when it is awaitable; a non-callable attribute is
         returned as is. The result must be picklable. Useful to read back a
-        hosted :class:`MemorySink` (``await sink.call("records")``) or to ask
+        hosted [MemorySink][monitor_async.backends.MemorySink] (``await sink.call("records")``) or to ask
         a hosted sink where it writes. Runs under the same lock as writes.
         """
         return await self._remote("call", method, args, kwargs)

@@ -1,25 +1,25 @@
 """The console table: the latest record of every watch, laid out to fit the terminal it is drawn on.
 
-:class:`WatchTable` is what ``ConsoleSink`` shows in live mode and what
+``WatchTable`` is what ``ConsoleSink`` shows in live mode and what
 ``monitor-async tail`` shows for a run on disk. It lays itself out for the
 width and height rich gives it at each redraw:
 
-- every number in engineering notation (:func:`eng`: ``88.6k``, ``1.23M``),
+- every number in engineering notation (``eng``: ``88.6k``, ``1.23M``),
   a counter and its rate side by side (``frames 300k (88.6k/s)``);
 - a monitor watching itself (a record with ``polls``, ``records``,
   ``values_dropped`` and ``watches``) as a one-line summary, with a sink
   named only when it dropped records or failed;
-- below :data:`WIDE` columns one ``values`` column; from :data:`WIDE` on,
-  rates get a column of their own; from :data:`WIDER` on, each watch's clock
+- below ``WIDE`` columns one ``values`` column; from ``WIDE`` on,
+  rates get a column of their own; from ``WIDER`` on, each watch's clock
   time and record count too;
 - when the rows do not fit the height, first the lines between rows go, then
   each row is cut to fewer lines (``+N more``), and only then are watches
   left out, named in the caption (the monitor's own row stays);
-- alerts that fire (see :meth:`WatchTable.alert`) as lines above the table,
+- alerts that fire (see ``WatchTable.alert``) as lines above the table,
   until they resolve.
 
 rich is imported only when a table is drawn; numbers are written by
-:mod:`._numbers`.
+``_numbers``.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def monitor_items(metrics: Mapping[str, float]) -> tuple[list[str], bool]:
     """A monitor's counters as short phrases, and whether something is wrong (drops or errors).
 
     Args:
-        metrics: a monitor's short metrics (see :func:`is_monitor`).
+        metrics: a monitor's short metrics (see ``is_monitor``).
 
     Returns:
         ``(phrases, wrong)``: ``polls``, ``records``, ``dropped`` (all sinks),
@@ -200,11 +200,11 @@ class WatchTable:
           (as ``Monitor.stats()["watches"]`` and the demo's closing line do).
         - The table is never wider than the width rich offers and never taller
           than the height (see the module docstring for what gives way first).
-        - Alerts that fire (:meth:`alert`) are lines above the table, red for
+        - Alerts that fire (``alert``) are lines above the table, red for
           ``critical``, yellow for ``warning``, oldest first, until they
           resolve; they take at most a third of the height (``+N more
           alerts`` past it), and the table gives way to them.
-        - :meth:`update`, :meth:`alert` and drawing may run on different threads.
+        - ``update``, ``alert`` and drawing may run on different threads.
 
     Args:
         title: the text before the table's watch count and clock.

@@ -166,7 +166,7 @@ class WandbSink(ThreadedSink):
         await self.call(self.alert_blocking, event)
 
     def alert_blocking(self, event: AlertEvent) -> None:
-        """:meth:`alert` on the sink's worker thread."""
+        """[alert][monitor_async.backends.WandbSink.alert] on the sink's worker thread."""
         level = "INFO" if event.state == "resolved" else LEVELS[event.severity]
         self.run.alert(title=alert_title(event), text=event.message or event.rule, level=level)
 

@@ -8,7 +8,7 @@ Public API::
     from monitor_async import MonitorError                              # and its subclasses
     from monitor_async.distributed import world, World, Reduce          # distributed runs
 
-The sinks themselves live in :mod:`monitor_async.backends`. This module only
+The sinks themselves live in ``monitor_async.backends``. This module only
 re-exports; each concept lives in a private module of its own.
 """
 

@@ -4,9 +4,9 @@ Public API::
 
     from monitor_async.distributed import world, World, Reduce, Source, rank_path
 
-:func:`world` reads an initialised ``torch.distributed`` or the launcher's
+[world][monitor_async.distributed.world] reads an initialised ``torch.distributed`` or the launcher's
 environment (torchrun, SLURM, Open MPI); nothing here ever waits for another
-rank. See [distributed runs](../distributed.md). This module only re-exports.
+rank. See [distributed runs](distributed.md). This module only re-exports.
 
 Examples:
     >>> from monitor_async.distributed import World, world

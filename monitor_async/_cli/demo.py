@@ -314,7 +314,7 @@ def closing(
 
 
 def main(seconds: float, logdir: str, console: bool) -> int:
-    """``monitor-async demo``: runs :func:`run_demo`; Ctrl-C ends it cleanly (exit code 130)."""
+    """``monitor-async demo``: runs ``run_demo``; Ctrl-C ends it cleanly (exit code 130)."""
     try:
         return asyncio.run(run_demo(seconds, Path(logdir), console))
     except KeyboardInterrupt:

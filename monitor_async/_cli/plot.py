@@ -69,7 +69,7 @@ class Panel:
         return f"{self.watch}/{self.metric}"
 
     def add(self, x: float, y: float, when: float, launch: int) -> None:
-        """Adds a point, keeping at most about :data:`MAX_POINTS` (every ``stride``-th point)."""
+        """Adds a point, keeping at most about ``MAX_POINTS`` (every ``stride``-th point)."""
         self.seen += 1
         new_launch = bool(self.launches) and launch != self.launches[-1]
         if (self.seen - 1) % self.stride and not new_launch:

@@ -18,7 +18,7 @@ format that holds some (an empty JSONL beside a full CSV: the CSV is read).
 
 Files are read in chunks and handed on as they are parsed, so memory stays
 bounded by a chunk and by what a reader keeps (per metric), not by the number
-of records. A file may be growing while it is read: a :class:`Follower`
+of records. A file may be growing while it is read: a ``Follower``
 keeps any text after the last line break for the next read, so a torn last
 line (a write in progress) is never parsed half; a CSV record's rows are held
 back until a row of another record follows or the file is quiet. A whole
@@ -260,7 +260,7 @@ class Follower:
     """Reads one growing file of a run, a whole record at a time, following it by name.
 
     Guarantees:
-        - :meth:`read` returns the records added since the last call, each
+        - ``read`` returns the records added since the last call, each
           once, in file order; text after the last line break waits for the
           next call (a torn last line is never parsed), and a CSV record is
           returned only once it is whole (see the module docstring).
@@ -598,12 +598,12 @@ class Run:
             yield launch, item
 
     def iter_records(self) -> Iterator[Record]:
-        """The run's records, streamed (see :meth:`entries`)."""
+        """The run's records, streamed (see ``entries``)."""
         return (item for _, item in self.entries() if isinstance(item, Record))
 
     @property
     def records(self) -> list[Record]:
-        """Every record, in a list (reads the whole run into memory: prefer :meth:`iter_records`)."""
+        """Every record, in a list (reads the whole run into memory: prefer ``iter_records``)."""
         if self._records is None or self._keep is not None:
             return list(self.iter_records())
         return self._records
@@ -622,7 +622,7 @@ class Run:
             keep: called with the watch name and the full metric key (``"<watch>/<metric>"``).
 
         Returns:
-            A new :class:`Run`, read as lazily as this one.
+            A new ``Run``, read as lazily as this one.
         """
         before = self._keep
         both = keep if before is None else (lambda w, k: before(w, k) and keep(w, k))
@@ -636,10 +636,10 @@ def load_run(path: str | os.PathLike[str]) -> Run:
         path: a run's folder, or one of its files.
 
     Returns:
-        The :class:`Run`.
+        The ``Run``.
 
     Raises:
-        RunNotFoundError: no run at ``path`` (see :func:`find_run_files`).
+        RunNotFoundError: no run at ``path`` (see ``find_run_files``).
         RunUnreadableError: ``path`` or one of its files cannot be read.
 
     Examples:

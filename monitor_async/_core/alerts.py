@@ -69,7 +69,7 @@ class AlertEvent:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> AlertEvent:
-        """The event :meth:`to_dict` gave (a value written as text is read back as a float)."""
+        """The event ``to_dict`` gave (a value written as text is read back as a float)."""
         value = data.get("value")
         if isinstance(value, str):
             value = float(value)

@@ -1,6 +1,6 @@
 """The exceptions monitor-async raises, in one tree.
 
-Catch :class:`MonitorError` for "anything monitor-async raised", or one
+Catch [MonitorError][monitor_async.MonitorError] for "anything monitor-async raised", or one
 precise case. Each class also inherits the builtin that was raised before it
 existed, so ``except ValueError`` / ``except RuntimeError`` keep working::
 

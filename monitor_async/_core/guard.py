@@ -8,11 +8,11 @@ caller's ``step()``. Two rules keep that code from ending the monitor:
   through ``on_error``): every ``Exception``, and ``KeyboardInterrupt``,
   ``SystemExit`` and a stray ``CancelledError`` too (asyncio re-raises the
   first two out of the event loop, which would end every poll and every
-  writer). What propagates instead (:func:`must_propagate`): a
+  writer). What propagates instead (``must_propagate``): a
   ``CancelledError`` while the task running the code is really being
   cancelled (``stop()``, the caller's own cancel); a ``KeyboardInterrupt``
   raised in the caller's own thread (``SyncMonitor(background=False)`` drives
-  its loop there, see :data:`CALLER_THREAD`), which reaches the caller as
+  its loop there, see ``CALLER_THREAD``), which reaches the caller as
   Python would deliver it; and a ``BaseException`` subclass of the user's own
   (a test framework's outcome, a library's bypass), which ends the one poll
   task or writer it was raised in, as it was meant to bypass handlers.
@@ -110,7 +110,7 @@ async def call_guarded(fn: Callable[[], Awaitable[Any] | Any]) -> BaseException 
     """Calls ``fn()``, awaits what it returns when that is awaitable; returns what it raised, or ``None``.
 
     Meant to run as a task of its own (see `within`); what must
-    propagate (:func:`must_propagate`) is raised.
+    propagate (``must_propagate``) is raised.
     """
     try:
         result = fn()

@@ -1,8 +1,8 @@
 """What the monitor accepts as a sink, and LoggerSink: a legacy logger (TorchRL or AgileRL style) as a sink.
 
-:func:`as_sink` checks each sink when the monitor is built: a sink (an
+``as_sink`` checks each sink when the monitor is built: a sink (an
 ``async def write``, also behind a decorator that kept ``__wrapped__``) is
-used as is, a legacy logger is wrapped in :class:`LoggerSink`, anything else
+used as is, a legacy logger is wrapped in [LoggerSink][monitor_async.LoggerSink], anything else
 (a class instead of an instance, a file or stream, a path) raises
 ``SinkTypeError`` naming what was passed.
 """
@@ -81,7 +81,7 @@ def _refuse_non_instances(obj: object) -> None:
 
 
 def as_sink(obj: object) -> Any:
-    """``obj`` as a sink: itself when it has an async ``write``, else wrapped in :class:`LoggerSink`.
+    """``obj`` as a sink: itself when it has an async ``write``, else wrapped in [LoggerSink][monitor_async.LoggerSink].
 
     Raises ``SinkTypeError`` (a ``TypeError``) naming ``obj`` when it is a
     class, a file or stream, a path, or neither a sink nor a logger.

@@ -62,7 +62,7 @@ class ErrorPolicy:
 
     ``"warn"`` logs the first failure of a streak (the caller tracks streaks
     and passes ``first``); ``"ignore"`` stays silent; ``"raise"`` keeps the
-    first error for :meth:`take` and calls ``on_fatal`` so that background
+    first error for ``take`` and calls ``on_fatal`` so that background
     polling stops instead of going on in a broken state.
     """
 

@@ -13,7 +13,7 @@ class Source(Mapping[str, Any]):
     """A small read-only mapping: where a record came from (``Record.source``).
 
     Empty in a plain single process; ``{"rank": 3}`` on a rank of a job of
-    several; a :class:`~monitor_async.backends.RaySink` adds ``host``,
+    several; a [RaySink][monitor_async.backends.RaySink] adds ``host``,
     ``pid`` and ``node`` (the Ray node id) of the sending process. Immutable,
     hashable, picklable and equal to a dict with the same items.
 
@@ -87,9 +87,9 @@ class Record:
         time: unix time (seconds) of the poll that produced the snapshot.
         metrics: flat ``{"<name>/<metric>": float}`` mapping, rates included.
         source: where the record came from, a small read-only mapping
-            (:class:`~monitor_async.distributed.Source`): empty in a plain
+            ([Source][monitor_async.distributed.Source]): empty in a plain
             single process; ``{"rank": r}`` on a rank of a job of several;
-            a :class:`~monitor_async.backends.RaySink` adds the sender's
+            a [RaySink][monitor_async.backends.RaySink] adds the sender's
             ``host``, ``pid`` and Ray ``node`` id. A plain mapping given here
             is made read-only.
 
@@ -144,7 +144,7 @@ def new_record(
     ``object.__setattr__``; this fills the slots through their descriptors
     directly. The result is an ordinary ``Record`` (equal, frozen,
     picklable). ``source`` must already be a
-    :class:`~monitor_async.distributed.Source`.
+    [Source][monitor_async.distributed.Source].
 
     Examples:
         >>> new_record("rb", 3, 0.0, {"rb/size": 3.0}) == Record("rb", 3, 0.0, {"rb/size": 3.0})

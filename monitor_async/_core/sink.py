@@ -1,13 +1,13 @@
 """The sink protocol and the two bases every sink builds on.
 
-- :class:`BaseSink`: opens lazily on first write (or on ``async with``), so a
+- [BaseSink][monitor_async.BaseSink]: opens lazily on first write (or on ``async with``), so a
   sink built in sync code works on whatever loop the monitor runs;
   ``write`` after ``close()`` raises a clear error; ``close()`` is idempotent.
-- :class:`ThreadedSink`: for blocking libraries (tensorboardX, wandb, legacy
+- [ThreadedSink][monitor_async.ThreadedSink]: for blocking libraries (tensorboardX, wandb, legacy
   loggers). Its ``*_blocking`` hooks run on one daemon worker thread owned
   by the sink, one call at a time, in order; exceptions come back to the
   awaiting writer task. The thread ends when the sink is closed, or at once
-  when a monitor that stops asks (:meth:`ThreadedSink.retire_worker`); it
+  when a monitor that stops asks ([ThreadedSink.retire_worker][monitor_async.ThreadedSink.retire_worker]); it
   starts again at the next call.
 """
 
@@ -39,7 +39,7 @@ class Sink(Protocol):
     if by one ``write`` each. A background writer that gathered more than
     ``max_batch`` records hands them over in one such call when the sink has
     it, so a sink that works on a thread makes one trip there instead of one
-    per batch. :class:`BaseSink` has it.
+    per batch. [BaseSink][monitor_async.BaseSink] has it.
 
     A sink may also define ``counters() -> Mapping[str, float]``: figures of
     its own (a network sink's ``retries``, ``spooled``...), which
@@ -88,7 +88,7 @@ class BaseSink:
         await self._write(records)
 
     async def write_batches(self, batches: Sequence[Sequence[Record]]) -> None:
-        """Writes several batches, in order, as one call (see :class:`Sink`)."""
+        """Writes several batches, in order, as one call (see [Sink][monitor_async.Sink])."""
         if self._closed:
             raise SinkClosedError(f"sink {self.label!r} is closed; it cannot write any more records")
         if not self._opened:

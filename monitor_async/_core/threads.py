@@ -58,11 +58,11 @@ class WorkerPool:
     Guarantees:
         - At most ``limit`` threads run calls that have not been abandoned;
           threads are started on demand and leave after 10 s idle, or at once
-          after :meth:`retire` (a stopped monitor keeps no idle thread).
+          after ``retire`` (a stopped monitor keeps no idle thread).
         - Calls start in submission order. With ``limit=1`` they run one at a
           time, in order, on one thread: the guarantee blocking sinks rely on
           (they never abandon a call).
-        - :meth:`abandon` gives up on a call: a call still queued is cancelled
+        - ``abandon`` gives up on a call: a call still queued is cancelled
           and never runs; a running one keeps its thread (threads cannot be
           cancelled) but that thread no longer counts, so queued calls get a
           fresh thread. When the abandoned call returns, its thread rejoins
@@ -70,7 +70,7 @@ class WorkerPool:
         - Every worker is a daemon thread: a call that never returns does not
           block interpreter exit.
         - A call that raises ``KeyboardInterrupt``, ``SystemExit`` or
-          ``CancelledError`` completes its future with :class:`RaisedOnThread`
+          ``CancelledError`` completes its future with ``RaisedOnThread``
           (none of them means anything to the loop that awaits it); the worker
           thread carries on.
 
@@ -114,7 +114,7 @@ class WorkerPool:
 
         Returns the threads that are not inside a call: they end promptly, so
         a caller may join them (a thread inside a hung call cannot be). A
-        later :meth:`submit` starts threads again as needed.
+        later ``submit`` starts threads again as needed.
         """
         with self._cond:
             self._retiring = True
@@ -189,12 +189,12 @@ class WorkerPool:
 
 
 class PoolExecutor(ThreadPoolExecutor):
-    """An executor on a :class:`WorkerPool`: the default executor of a loop of ours.
+    """An executor on a ``WorkerPool``: the default executor of a loop of ours.
 
     File sinks write through their loop's default executor (aiofiles). Unlike
     a plain ``ThreadPoolExecutor``, whose threads the interpreter joins at
     exit and whose ``shutdown(wait=True)`` waits for a hung call forever,
-    these are daemon threads, and :meth:`shutdown` lets the idle ones end and
+    these are daemon threads, and ``shutdown`` lets the idle ones end and
     joins them within ``join_timeout`` seconds, leaving a hung one behind.
     (A subclass only because ``loop.set_default_executor`` accepts nothing
     else; none of the base class's threads or queues is used.)
@@ -233,7 +233,7 @@ def wait_future(fut: Future[T]) -> asyncio.Future[T]:
     Cancelling the returned future (a poll timing out) leaves ``fut`` alone:
     unlike ``asyncio.wrap_future`` there is no cancellation to shield against,
     so a queued call is only ever cancelled on purpose by
-    :meth:`WorkerPool.abandon`. A ``fut`` that completes after the loop closed
+    ``WorkerPool.abandon``. A ``fut`` that completes after the loop closed
     (a hung call returning at interpreter exit) is dropped quietly.
     """
     loop = asyncio.get_running_loop()

@@ -11,8 +11,8 @@ raises, and a key that an earlier key of the same snapshot already gave
 (after flattening: ``"a/b"`` and ``{"a": {"b": ...}}``, or ``1`` and
 ``"1"``) are left out and counted; of colliding keys the first one in
 snapshot order is kept, and the watch's first collision is warned of. A
-mapping that contains itself, or nesting deeper than :data:`MAX_DEPTH`,
-fails the poll with :class:`~monitor_async.StatsCycleError` naming the watch
+mapping that contains itself, or nesting deeper than ``MAX_DEPTH``,
+fails the poll with [StatsCycleError][monitor_async.StatsCycleError] naming the watch
 and the key. Only ``BaseException`` that is not an ``Exception``
 (``KeyboardInterrupt``...) goes through.
 """
@@ -35,15 +35,15 @@ MAX_DEPTH = 64
 
 
 class _TooDeep(Exception):
-    """Internal: nesting went past :data:`MAX_DEPTH`; :func:`flatten` tells a cycle from a deep tree."""
+    """Internal: nesting went past ``MAX_DEPTH``; ``flatten`` tells a cycle from a deep tree."""
 
 
 class _Collided(Exception):
-    """Internal: a nested mapping wrote a name twice; :func:`flatten` starts again on the checking path."""
+    """Internal: a nested mapping wrote a name twice; ``flatten`` starts again on the checking path."""
 
 
 class KeyCache:
-    """``names[key]`` is ``prefix + key``; :meth:`of` computes it once per key.
+    """``names[key]`` is ``prefix + key``; ``of`` computes it once per key.
 
     ``names`` is a plain dict so that the hot path reads it with the
     interpreter's fast dict subscript. Bounded: it starts afresh once it holds
@@ -99,7 +99,7 @@ class KeyCache:
 class Flattened:
     """A ``stats()`` result already flattened off the loop (on a worker thread).
 
-    :func:`read` hands its ``metrics`` and ``dropped`` back as they are.
+    ``read`` hands its ``metrics`` and ``dropped`` back as they are.
     """
 
     __slots__ = ("dropped", "metrics", "raw")
@@ -118,7 +118,7 @@ def as_mapping(raw: object, watch: str) -> tuple[dict[Any, Any], int]:
     by key: a key whose read raises is left out and counted, unless no read
     succeeds (then the poll fails, naming the watch and the first error).
     Iterating the mapping itself must work: its error fails the poll (a
-    ``TypeError`` as :class:`~monitor_async.StatsTypeError` naming the
+    ``TypeError`` as [StatsTypeError][monitor_async.StatsTypeError] naming the
     watch). Raises ``StatsTypeError`` naming the watch when ``raw`` is not a
     mapping.
     """
@@ -158,7 +158,7 @@ def _copy(raw: Mapping[Any, Any], errors: list[Exception] | None = None) -> tupl
 
 
 def flatten_copy(raw: dict[Any, Any], out: dict[str, float], limit: int, keys: KeyCache) -> int:
-    """:func:`flatten` of a private copy of ``raw``, a dict the target may keep writing to from another thread.
+    """``flatten`` of a private copy of ``raw``, a dict the target may keep writing to from another thread.
 
     A copy taken while another thread wrote to the dict was once seen torn on
     CPython 3.11 under heavy thread switching ("dictionary keys changed during
@@ -175,9 +175,9 @@ def flatten_copy(raw: dict[Any, Any], out: dict[str, float], limit: int, keys: K
 def read(raw: object, limit: int, keys: KeyCache) -> tuple[dict[str, float], int]:
     """The namespaced finite values of any ``stats()`` result, and how many were left out.
 
-    ``raw`` may be a :class:`Flattened` (handed back as it is), a ``dict``
-    or any other mapping (copied first, see :func:`as_mapping`); anything
-    else raises :class:`~monitor_async.StatsTypeError` naming the watch.
+    ``raw`` may be a ``Flattened`` (handed back as it is), a ``dict``
+    or any other mapping (copied first, see ``as_mapping``); anything
+    else raises [StatsTypeError][monitor_async.StatsTypeError] naming the watch.
     """
     if type(raw) is Flattened:
         return raw.metrics, raw.dropped
@@ -226,7 +226,7 @@ def read_plain(raw: dict[Any, Any], keys: KeyCache, limit: int) -> dict[str, flo
 def nonfinite_values(raw: object, prefix: str) -> dict[str, float]:
     """The NaN and infinite values of a ``stats()`` result or push, under their full keys (``prefix`` + key).
 
-    The slow path beside :func:`read`, taken only when a snapshot left values
+    The slow path beside ``read``, taken only when a snapshot left values
     out and an alert rule asks about non-finite ones. Nested mappings are
     walked as ``outer/inner``; anything unreadable is skipped.
 
@@ -290,8 +290,8 @@ def flatten(raw: Mapping[Any, Any], out: dict[str, float], limit: int, keys: Key
     order); every value past the cap, nested ones included, counts as left
     out. ``raw`` is read, never changed; ``origin`` is the mapping it was
     copied from, so that a mapping holding that one is seen as a cycle.
-    Raises :class:`~monitor_async.StatsCycleError` for a cycle or nesting
-    deeper than :data:`MAX_DEPTH`.
+    Raises [StatsCycleError][monitor_async.StatsCycleError] for a cycle or nesting
+    deeper than ``MAX_DEPTH``.
     """
     try:
         size = len(raw)
@@ -354,7 +354,7 @@ def flatten(raw: Mapping[Any, Any], out: dict[str, float], limit: int, keys: Key
 def _flatten(
     raw: Mapping[Any, Any], out: dict[str, float], limit: int, keys: KeyCache, prefix: str, depth: int, check: bool
 ) -> int:
-    """:func:`flatten` for nested mappings (keys under ``prefix``, ``depth`` levels down), past the cap, after a collision.
+    """``flatten`` for nested mappings (keys under ``prefix``, ``depth`` levels down), past the cap, after a collision.
 
     With ``check``, a name already in ``out`` keeps its value (the later one
     is left out, counted, warned of once); without, the caller tells from the
@@ -430,7 +430,7 @@ def _nested(
 
 
 def _too_deep(raw: Mapping[Any, Any], origin: object, keys: KeyCache) -> StatsCycleError:
-    """The error for nesting past :data:`MAX_DEPTH`: a cycle (naming the key that closes it), else a deep tree."""
+    """The error for nesting past ``MAX_DEPTH``: a cycle (naming the key that closes it), else a deep tree."""
     watch = keys.prefix[:-1]
     try:
         key = _cycle(raw, (id(origin), id(raw)), "")

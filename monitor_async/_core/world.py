@@ -1,6 +1,6 @@
 """Where this process stands in a distributed job, and what sinks do with it.
 
-:func:`world` answers "which rank am I, of how many, on which host" without
+[world][monitor_async.distributed.world] answers "which rank am I, of how many, on which host" without
 importing torch and without talking to any other process: it reads an
 initialised ``torch.distributed`` when the program imported it, else the
 environment that launchers set (torchrun and ``accelerate launch``: ``RANK``,
@@ -10,7 +10,7 @@ environment that launchers set (torchrun and ``accelerate launch``: ``RANK``,
 overrides it for one monitor.
 
 The rest serves sinks (``ranks="main" | "all"`` and ``{rank}`` in file paths)
-and the provenance every :class:`~monitor_async.Record` carries in ``source``.
+and the provenance every [Record][monitor_async.Record] carries in ``source``.
 Nothing here ever waits for another rank: there is no collective anywhere in
 monitor-async.
 
@@ -171,7 +171,7 @@ def world(*, environ: Mapping[str, str] | None = None) -> World:
         environ: the environment to read (default ``os.environ``).
 
     Returns:
-        A :class:`World`. Variables that are missing or not integers are
+        A [World][monitor_async.distributed.World]. Variables that are missing or not integers are
         skipped (one that is set but not an integer is warned about once,
         naming it and what it held, and what the process is taken as); a
         launcher whose rank is out of range is skipped too. Never raises.
@@ -209,7 +209,7 @@ def source_of(w: World) -> Source:
 def source_text(source: Mapping[str, Any]) -> str:
     """``source`` as one cell of text: ``key=value`` pairs joined by ``;`` (empty when there is none).
 
-    What :class:`~monitor_async.backends.CSVSink` writes in its ``source``
+    What [CSVSink][monitor_async.backends.CSVSink] writes in its ``source``
     column; ``pandas`` and ``csv.reader`` read it back as one string.
 
     Args:
@@ -294,7 +294,7 @@ def rank_path(path: str | os.PathLike[str], w: World | None = None) -> str:
 
     Args:
         path: a file or folder path, e.g. ``"runs/metrics_{rank}.csv"``.
-        w: the world to take the rank from (default :func:`world`).
+        w: the world to take the rank from (default [world][monitor_async.distributed.world]).
 
     Returns:
         The path as a string.
@@ -313,10 +313,10 @@ def many_sources() -> bool:
     """Whether records written here come from several processes, so a file sink should say which.
 
     True on a rank of a job of several, and inside a Ray actor (where a
-    :class:`~monitor_async.backends.RaySink` hosts its sink). Never imports Ray.
+    [RaySink][monitor_async.backends.RaySink] hosts its sink). Never imports Ray.
 
     Returns:
-        What :class:`~monitor_async.backends.CSVSink` uses to add its ``source`` column.
+        What [CSVSink][monitor_async.backends.CSVSink] uses to add its ``source`` column.
 
     Examples:
         >>> many_sources() in (True, False)
@@ -340,7 +340,7 @@ def keep_apart(log_dir: str | os.PathLike[str], ranks: str, w: World | None = No
     Args:
         log_dir: the folder given to the sink.
         ranks: the sink's ``ranks``.
-        w: the world (default :func:`world`).
+        w: the world (default [world][monitor_async.distributed.world]).
 
     Returns:
         ``log_dir`` itself on a job of one rank, with ``ranks="main"``, or

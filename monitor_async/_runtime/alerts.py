@@ -1,13 +1,13 @@
 """How alert rules are evaluated: one tracker per rule, watch (or key) and source, on the monitor's loop.
 
-:class:`Engine` sees every record the fan-out hands on (:meth:`Engine.observe`),
+``Engine`` sees every record the fan-out hands on (``Engine.observe``),
 the polls that logged nothing and the snapshots that left values out (the
 poller calls it then, never on the fast path), each rank's values on a
-reduction's board (:meth:`Engine.board`), and runs a timer of its own
+reduction's board (``Engine.board``), and runs a timer of its own
 (at least every ``min(after / 4, 1 s, poll interval)``), so a rule fires
 even when its target never answers. Time is the monitor's running time: it
-stands still while the monitor is stopped. :class:`LoopLag` notices a blocked
-loop. What the rules are is :mod:`monitor_async._core.alerts`'s.
+stands still while the monitor is stopped. ``LoopLag`` notices a blocked
+loop. What the rules are is ``monitor_async._core.alerts``'s.
 """
 
 from __future__ import annotations
@@ -643,9 +643,9 @@ class LoopLag:
     """Notices a blocked event loop: a timer every 0.1 s measures how late it runs.
 
     ``lag_max`` is the longest it was late since the monitor was built; a
-    lateness of at least :attr:`THRESHOLD` is an episode, warned once (or
+    lateness of at least ``THRESHOLD`` is an episode, warned once (or
     reported by an ``Alert.blocked`` rule), over once the loop has run on time
-    for :attr:`CALM` seconds.
+    for ``CALM`` seconds.
     """
 
     PERIOD = 0.1

@@ -1,13 +1,13 @@
 """Boards: where the members of a reduction publish their latest snapshot and its reader finds them all.
 
-- :class:`StoreBoard`: the job's own ``torch.distributed`` key-value store
+- ``StoreBoard``: the job's own ``torch.distributed`` key-value store
   (the ``TCPStore`` of ``init_process_group``), through connections of our
   own. Writes go out on one daemon thread, the latest snapshot replacing an
   unsent one, so a store that hangs (its host frozen) blocks that thread
   only; the main rank reads on the monitor's worker threads, under the
   watch's timeout.
-- :class:`RayBoard`: a named Ray actor of the job, for jobs run on Ray.
-- :class:`LocalBoard`: a dict, for a group of targets in one process and for
+- ``RayBoard``: a named Ray actor of the job, for jobs run on Ray.
+- ``LocalBoard``: a dict, for a group of targets in one process and for
   a job of one rank.
 
 Never a collective and never a server of ours.
@@ -43,7 +43,7 @@ class Board:
     """Where members publish their latest snapshot and the reducer reads them all."""
 
     blocking = False
-    """Whether :meth:`read` does network I/O (the reducer then runs on a worker thread)."""
+    """Whether ``read`` does network I/O (the reducer then runs on a worker thread)."""
 
     def publish(self, member: int, seq: int, values: dict[str, float]) -> None:
         raise NotImplementedError
@@ -138,7 +138,7 @@ class StoreBoard(Board):
     def _client(self) -> Any:
         """A connection of our own to the job's store (``clone()``), so the program's own use is untouched.
 
-        Its timeout is at most :data:`STORE_TIMEOUT`: a call to a frozen store
+        Its timeout is at most ``STORE_TIMEOUT``: a call to a frozen store
         host gives up then rather than after the job's timeout (minutes).
         """
         clone = getattr(self._base, "clone", None)
@@ -238,7 +238,7 @@ def _close_boards() -> None:
 
 
 class _BoardActor:
-    """The Ray actor behind :class:`RayBoard`: the latest snapshot of every member."""
+    """The Ray actor behind ``RayBoard``: the latest snapshot of every member."""
 
     def __init__(self) -> None:
         self.latest: dict[int, tuple[int, dict[str, float]]] = {}

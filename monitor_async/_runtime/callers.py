@@ -1,14 +1,14 @@
 """How a watch calls its target's ``stats()``: one small strategy per way.
 
-- :class:`InlineCaller` calls ``stats()`` on the event loop. Cheapest; the
+- ``InlineCaller`` calls ``stats()`` on the event loop. Cheapest; the
   result may be a mapping or an awaitable (``async def stats``, a future).
   In ``auto`` mode it times each call and asks to be moved to a thread when
   the calls turn out slow.
-- :class:`ThreadCaller` runs a blocking ``stats()`` on the monitor's daemon
+- ``ThreadCaller`` runs a blocking ``stats()`` on the monitor's daemon
   worker pool (IPC proxies, locks, remote calls), and copies and flattens
   its result there too (``Watch.prepare``), so a lazy mapping with slow
   reads never holds up the loop.
-- :class:`RemoteCaller` calls ``handle.stats.remote(**kwargs)`` on a Ray
+- ``RemoteCaller`` calls ``handle.stats.remote(**kwargs)`` on a Ray
   actor handle (anything whose ``stats`` has a ``.remote``) and awaits the
   ``ObjectRef`` through its ``future()``, without ``ray.get`` on the loop.
   Ray is never imported here.
@@ -16,10 +16,10 @@
 A watch has at most one thread or remote call in flight:
 
 - a call that times out is abandoned, not cancelled (neither can be), and
-  every poll raises :class:`Busy` until it returns, so a hung target never
+  every poll raises ``Busy`` until it returns, so a hung target never
   piles up threads or queued actor calls;
 - a poll that finds another poll already waiting for the call (a ``step()``
-  during background polling) raises :class:`Busy` too;
+  during background polling) raises ``Busy`` too;
 - a call whose waiting poll was cancelled without timing out (``stop()``
   cancelling the poll task) is joined by the next poll, which is how the
   final snapshot of a slow target is still taken.
@@ -95,7 +95,7 @@ class Caller:
         raise NotImplementedError
 
     def timed_out(self) -> None:
-        """The awaitable returned by :meth:`call` was not done in time."""
+        """The awaitable returned by ``call`` was not done in time."""
 
     def abandon(self) -> bool:
         """Gives up on a call still running (its watch was removed); whether there was one."""
@@ -108,10 +108,10 @@ _UNBOUND: Any = object()
 class InlineCaller(Caller):
     """Calls ``stats()`` directly on the event loop.
 
-    With ``auto=True`` it times each call; when :data:`SLOW_CALLS_TO_PROMOTE`
-    of the last :data:`SLOW_CALLS_WINDOW` calls took longer than
-    :data:`SLOW_CALL_SECONDS` it sets ``wants_thread`` and the poller moves
-    the watch to a :class:`ThreadCaller`. A call that returns an awaitable is
+    With ``auto=True`` it times each call; when ``SLOW_CALLS_TO_PROMOTE``
+    of the last ``SLOW_CALLS_WINDOW`` calls took longer than
+    ``SLOW_CALL_SECONDS`` it sets ``wants_thread`` and the poller moves
+    the watch to a ``ThreadCaller``. A call that returns an awaitable is
     never counted: its awaitable may belong to this loop.
     """
 

@@ -8,7 +8,7 @@ mode it lets records gather for ``batch_wait`` seconds or until half the
 queue waits, because fewer writes through a worker thread cost the rest of
 the program less; ``step()``, ``flush()`` and ``stop()`` write at once.
 Without a background writer a drain task of the channel's own writes, never
-the caller's task. See [guarantees](../guarantees.md).
+the caller's task. See [guarantees](guarantees.md).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def channels_for(
 ) -> list[Channel]:
     """One channel per sink (a sink, a legacy logger, or a sequence of them), with unique labels.
 
-    Each one is checked now (see :func:`as_sink`): a legacy (TorchRL / AgileRL
+    Each one is checked now (see ``as_sink``): a legacy (TorchRL / AgileRL
     style) logger is wrapped in ``LoggerSink``; a class, a file or stream, a
     path or anything else raises ``SinkTypeError`` naming it. A sink's label
     is its ``name`` when it has one, else its lowercase class name, made

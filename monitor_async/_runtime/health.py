@@ -5,7 +5,7 @@ A poll that fails with an error saying the target's *process* is gone (a Ray
 died: ``EOFError``, ``ConnectionRefusedError``, ``ConnectionResetError``,
 ``BrokenPipeError``, or ``FileNotFoundError`` for a Unix-socket manager) marks
 the watch dead: one report through ``on_error`` naming the watch, then its
-caller is wrapped in :class:`Resting`, which skips the watch's slots (counted
+caller is wrapped in ``Resting``, which skips the watch's slots (counted
 as ``polls_missed``) and calls through once per backoff step: 1 s after the
 death, then 2, 4, 8, 16 and 30 s apart. The first call that answers brings
 the watch back as it was (logged at INFO). Nothing else waits on a dead

@@ -1,14 +1,14 @@
 """The event loops the sync facade runs the monitor on, and how they end: bounded, and joined.
 
-- :class:`LoopThread` (``background=True``): a daemon thread running an anyio
+- ``LoopThread`` (``background=True``): a daemon thread running an anyio
   ``BlockingPortal``; any thread calls into it, several at once.
-- :class:`PrivateLoop` (``background=False``): a loop run by the thread that
+- ``PrivateLoop`` (``background=False``): a loop run by the thread that
   calls, so a ``step()`` costs no thread hop; while one thread runs it,
   another thread's call (a watchdog's ``stop()``) is handed to it.
 
-Both loops are ours (:func:`new_loop`): their default executor, through which
+Both loops are ours (``new_loop``): their default executor, through which
 file sinks write (aiofiles), is made of daemon threads that end when the loop
-ends; and :func:`close_loop` ends a loop within a deadline, leaving behind a
+ends; and ``close_loop`` ends a loop within a deadline, leaving behind a
 task whose user code ignores its cancellation, rather than waiting for it
 forever as ``asyncio.run``/``anyio.run`` would.
 """
@@ -43,7 +43,7 @@ class LoopBusy(TimeoutError):
 
 
 def _result(future: Future[T], limit: float | None) -> T:
-    """``future.result(limit)``, raising :class:`LoopBusy` (not the call's own ``TimeoutError``) when it is late."""
+    """``future.result(limit)``, raising ``LoopBusy`` (not the call's own ``TimeoutError``) when it is late."""
     try:
         return future.result(timeout=limit)
     except TimeoutError:
@@ -151,15 +151,15 @@ class LoopThread:
             close_loop(loop, self.grace)
 
     def enter(self) -> None:
-        """Announces a call (made under the owner's lock, so that :meth:`close` waits for it)."""
+        """Announces a call (made under the owner's lock, so that ``close`` waits for it)."""
         with self._idle:
             self._calls += 1
 
     def call(self, fn: Callable[[], Any], limit: float | None = None) -> Any:
-        """``fn()`` on the loop (awaited when it returns an awaitable), after :meth:`enter`.
+        """``fn()`` on the loop (awaited when it returns an awaitable), after ``enter``.
 
         ``limit``: seconds to wait for it; then it is cancelled and
-        :class:`LoopBusy` raised. (A call with a limit goes straight to the
+        ``LoopBusy`` raised. (A call with a limit goes straight to the
         loop: the portal's own hand-over waits for the loop to take it, which
         a blocked loop never does.)
         """
@@ -194,7 +194,7 @@ class PrivateLoop:
     """A loop of ours, run by the thread that calls; a call from another thread meanwhile is handed to it.
 
     In the calling thread a ``KeyboardInterrupt`` (Ctrl-C) propagates to the
-    caller (:data:`CALLER_THREAD` is set for the call's tasks); what it
+    caller (``CALLER_THREAD`` is set for the call's tasks); what it
     interrupted is cancelled, so the loop stays usable.
 
     Args:
@@ -210,7 +210,7 @@ class PrivateLoop:
         self._closed = False
 
     def run(self, fn: Callable[[], Awaitable[T]], limit: float | None = None) -> T:
-        """``await fn()`` on the loop, here, or in the thread running it now (:class:`LoopBusy` after ``limit`` s)."""
+        """``await fn()`` on the loop, here, or in the thread running it now (``LoopBusy`` after ``limit`` s)."""
         with self._lock:
             if self._loop is None:
                 self._loop = new_loop()

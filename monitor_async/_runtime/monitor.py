@@ -85,14 +85,14 @@ class Monitor:
 
     Each target is polled by its own task; each sink has its own bounded,
     drop-oldest queue; ``stop()`` returns in bounded time whatever hangs. What
-    holds and when is in [the guarantees](../guarantees.md).
+    holds and when is in [the guarantees](guarantees.md).
 
     Args:
         sinks: where records go: a sink (anything with ``async write``,
-            ``flush`` and ``close``: see :class:`~monitor_async.Sink`), a TorchRL
-            or AgileRL logger (wrapped in :class:`~monitor_async.LoggerSink`),
+            ``flush`` and ``close``: see [Sink][monitor_async.Sink]), a TorchRL
+            or AgileRL logger (wrapped in [LoggerSink][monitor_async.LoggerSink]),
             or a sequence of them. ``None``: no sink (``step()`` still returns
-            the values). Anything else raises :class:`~monitor_async.SinkTypeError`.
+            the values). Anything else raises [SinkTypeError][monitor_async.SinkTypeError].
         poll_interval: seconds between two polls of a watch, for every watch
             that does not set its own (default 1.0; must be > 0).
         on_error: what a failing target or sink does: ``"warn"`` (default)
@@ -124,8 +124,8 @@ class Monitor:
             it writes (default 0.25; ``0`` writes at once). ``step()``,
             ``flush()`` and ``stop()`` never wait for it.
         world: this process's place in a distributed job
-            (:class:`~monitor_async.distributed.World`); default: detected by
-            :func:`monitor_async.distributed.world` (torch.distributed,
+            ([World][monitor_async.distributed.World]); default: detected by
+            [monitor_async.distributed.world][monitor_async.distributed.world] (torch.distributed,
             torchrun, SLURM, Open MPI, else a single process).
         alerts: alert rules ([`Alert`][monitor_async.Alert], e.g.
             `Alert.defaults()`), evaluated on the monitor's loop; their events
@@ -301,7 +301,7 @@ class Monitor:
                 name (the proxied or actor class for proxies and Ray handles;
                 ``stats_fn``'s name without a target), then ``_1``, ``_2``...
             schedule: when a polled snapshot is logged:
-                :meth:`Every.seconds` or :meth:`Every.counter` (TorchRL's
+                [Every.seconds][monitor_async.Every.seconds] or [Every.counter][monitor_async.Every.counter] (TorchRL's
                 ``Every`` works too). Default ``None``: at every poll.
             step: the snapshot key used as the record's step. A counter
                 schedule defaults it to its key; otherwise ``None`` (the sinks
@@ -328,14 +328,14 @@ class Monitor:
                 blocking proxy or its calls turn out slow (then it moves to a
                 thread once, with an info log).
             reduce: ``{"loss": "mean", "frames": "sum", ...}`` (or a
-                :class:`~monitor_async.distributed.Reduce`): given on every rank
+                [Reduce][monitor_async.distributed.Reduce]): given on every rank
                 of a job, the main rank also logs ``"<name>/all"`` with each key
                 reduced across the ranks (``sum``, ``mean``, ``min``, ``max``,
                 ``p50``, ``p90``, ``p99``), ``ranks`` (snapshots that went in)
                 and ``stale`` (ranks left out). With a list of targets the
                 reduction is over the group, in this process: members are
                 ``"<name>/0"``... and the count is ``targets``. See
-                :mod:`monitor_async.distributed`.
+                ``monitor_async.distributed``.
 
         Returns:
             The watch name.
@@ -816,7 +816,7 @@ class Monitor:
         return self._stop_lock[1]
 
     async def run(self) -> None:
-        """Starts, then waits until :meth:`stop` is called or the task is cancelled; cleans up like stop()."""
+        """Starts, then waits until [stop][monitor_async.Monitor.stop] is called or the task is cancelled; cleans up like stop()."""
         await self.start()
         assert self._stop_event is not None
         try:

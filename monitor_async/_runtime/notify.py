@@ -6,7 +6,7 @@ call past the deadline, is counted in ``notify_errors`` and warned. A
 notifier still busy (hung) gets no new call until it returns: the events
 meanwhile are counted in ``notify_skipped``, and the other notifiers get them.
 A notifier that is merely busy (within its deadline) gets the events of the
-meantime one after another, at most :attr:`Notifier.BACKLOG` of them.
+meantime one after another, at most ``Notifier.BACKLOG`` of them.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ __all__ = ["MonitorOptions", "WatchOptions"]
 
 
 class MonitorOptions(TypedDict, total=False):
-    """The keyword options of :class:`Monitor` (what ``SyncMonitor`` forwards to it)."""
+    """The keyword options of [Monitor][monitor_async.Monitor] (what ``SyncMonitor`` forwards to it)."""
 
     poll_interval: float
     on_error: OnError
@@ -35,7 +35,7 @@ class MonitorOptions(TypedDict, total=False):
 
 
 class WatchOptions(TypedDict, total=False):
-    """The keyword options of :meth:`Monitor.watch` (what ``SyncMonitor.watch`` forwards)."""
+    """The keyword options of [Monitor.watch][monitor_async.Monitor.watch] (what ``SyncMonitor.watch`` forwards)."""
 
     name: str | None
     schedule: Every | None

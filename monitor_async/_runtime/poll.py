@@ -1,13 +1,13 @@
 """Where polling happens: one poll of one watch.
 
-:class:`Poller` runs a watch's caller, awaits an awaitable result under the
+``Poller`` runs a watch's caller, awaits an awaitable result under the
 watch's timeout, turns the snapshot into a Record and hands it to every
 channel. It never waits on a sink. Whatever a ``stats()`` raises is a failure
-of its watch (see :mod:`monitor_async._core.guard` for what propagates).
-:meth:`Poller.poll_all` awaits the answers of several watches at once (a
+of its watch (see ``monitor_async._core.guard`` for what propagates).
+``Poller.poll_all`` awaits the answers of several watches at once (a
 ``step()``, the final snapshots), each under its timeout, even a ``stats()``
 that ignores its cancellation. When polling happens is
-:mod:`monitor_async._runtime.timers`'s."""
+``monitor_async._runtime.timers``'s."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ class Poller:
     """What a poll needs from the monitor: counters, the fan-out, error policy, threads.
 
     Whatever a ``stats()`` raises is a failure of its watch (see
-    :mod:`monitor_async._core.guard` for the two exceptions that propagate).
+    ``monitor_async._core.guard`` for the two exceptions that propagate).
     """
 
     __slots__ = ("alerts", "counters", "emit", "errors", "pool", "stuck")
@@ -80,8 +80,8 @@ class Poller:
         """One poll of ``watch``, the one path every poll takes (``step()``, the timers, the final snapshots).
 
         Calls ``stats()``; a plain answer is finished here and its
-        :class:`Record` returned (``None`` when it was not due or the poll
-        failed); an awaitable answer is returned as is, for :meth:`complete`
+        [Record][monitor_async.Record] returned (``None`` when it was not due or the poll
+        failed); an awaitable answer is returned as is, for ``complete``
         to await under the watch's timeout.
         """
         # the call of stats() is made here, not in a helper: this is the path of every background poll
@@ -208,7 +208,7 @@ class Poller:
         """Awaits several awaitable ``stats()`` results at once, each under its watch's timeout.
 
         Each runs in a task of its own: one that ignores its cancellation is
-        left behind after its timeout (:meth:`left_behind`), and counts as
+        left behind after its timeout (``left_behind``), and counts as
         timed out. Returns one record (or ``None``) per item, in order.
         """
         loop = asyncio.get_running_loop()
@@ -216,7 +216,7 @@ class Poller:
         return await self._within(tasks, [w for w, _ in pending])
 
     async def poll_all(self, watches: Sequence[Watch], force: bool = False) -> list[Record | None]:
-        """One poll of each watch at once (the final snapshots), like :meth:`complete_all`.
+        """One poll of each watch at once (the final snapshots), like ``complete_all``.
 
         Each poll runs in a task of its own, so no user code runs in the
         calling task (a cancelled ``run()`` stopping, where a stray

@@ -1,7 +1,7 @@
 """Values pushed from the user's own loop: ``monitor.log(name, metrics, step=...)``.
 
 The caller's side is about a microsecond, on any thread: the mapping is
-snapshot (:func:`snapshot`: nested mappings too, so the caller may reuse all
+snapshot (``snapshot``: nested mappings too, so the caller may reuse all
 of it), stamped with the time and appended to a bounded deque
 (``deque.append`` is atomic under the GIL). Nothing is checked, converted or
 logged there, so a bad value can neither raise in the training loop nor slow
@@ -13,7 +13,7 @@ to drain ``DRAIN_DELAY`` seconds later; every push until then only appends. So
 a loop that logs thousands of times a second wakes the event loop at most
 1 / ``DRAIN_DELAY`` times a second.
 
-On the loop, a drain turns each push into a :class:`Record` named after it
+On the loop, a drain turns each push into a [Record][monitor_async.Record] named after it
 (keys ``"<name>/<metric>"``) with the same flattening, coercion, counting and
 warnings as a polled snapshot, and hands it to every channel: the same
 bounded drop-oldest queues, the same sinks. ``step()``, ``flush()`` and
@@ -90,12 +90,12 @@ class Pushes:
 
     Args:
         limit: pushes kept waiting at most; past it the oldest is dropped and
-            counted in :attr:`dropped` (memory stays bounded when the loop is
+            counted in ``dropped`` (memory stays bounded when the loop is
             stalled or not running).
         max_values: values kept per pushed mapping, as for a polled snapshot.
         errors: the monitor's ``on_error`` policy, for pushes that are not
             mappings or whose name is not a string (each also counted in
-            :attr:`dropped`).
+            ``dropped``).
         fanout: the fan-out the records go to.
         source: the ``Record.source`` of every pushed record (the rank, in a
             job of several processes).
@@ -211,7 +211,7 @@ class Pushes:
 
     @property
     def pushed(self) -> int:
-        """Pushes so far (every call of :meth:`push`)."""
+        """Pushes so far (every call of ``push``)."""
         pushed = next(self._count) - self._reads  # next() returns how many next() calls came before
         self._reads += 1
         return pushed

@@ -4,7 +4,7 @@ A `RecordQueue` belongs to no event loop (a monitor restarted on another loop
 keeps it) and knows nothing of writers: its `Channel` decides when a full
 queue drops its oldest record. Records are numbered in the order they were
 put; outside a write, ``written + dropped + queued + abandoned == delivered``
-(see [guarantees](../guarantees.md)). A write that returns after its records
+(see [guarantees](guarantees.md)). A write that returns after its records
 were abandoned changes nothing (`epoch`).
 """
 

@@ -2,7 +2,7 @@
 
 Every rank's watch *publishes* the reduced keys of each record it logs on a
 board; the main rank has one more watch, ``"<name>/all"``, whose ``stats()``
-reads the board and reduces what it finds. The board (:mod:`._boards`) is a
+reads the board and reduces what it finds. The board (``_boards``) is a
 side channel of an engine the job already runs: the job's ``torch.distributed``
 store, or Ray, or a dict in this process; never a collective, never a server
 of ours.

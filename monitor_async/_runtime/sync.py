@@ -1,11 +1,11 @@
 """The sync facade: the async Monitor on an event loop in a background thread.
 
 The loop runs in a daemon thread behind an anyio blocking portal
-(:class:`~monitor_async._runtime.loops.LoopThread`); every sync call makes one round
+(``LoopThread``); every sync call makes one round
 trip into that loop. With ``background=False`` nothing polls until
 ``step()``, which then drives a private loop in the caller's thread (cheaper
 than a cross-thread round trip) when no loop runs there
-(:class:`~monitor_async._runtime.loops.PrivateLoop`).
+(``PrivateLoop``).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ T = TypeVar("T")
 
 
 class SyncMonitor:
-    """A :class:`Monitor` for code that is not async. Safe to call from any thread.
+    """A [Monitor][monitor_async.Monitor] for code that is not async. Safe to call from any thread.
 
     Guarantees:
         - ``background=True``: ``start()`` (or ``with``) polls every target on
@@ -59,18 +59,18 @@ class SyncMonitor:
           the executor threads behind file sinks); a thread stuck in a call
           that never returns is left behind, as threads cannot be killed. A
           closed monitor refuses ``start()``, ``step()``, ``watch()``,
-          ``unwatch()`` and ``flush()`` with :class:`MonitorClosedError`.
+          ``unwatch()`` and ``flush()`` with [MonitorClosedError][monitor_async.MonitorClosedError].
         - Calling it from its own loop thread (e.g. from an ``async def
           stats()``) raises ``RuntimeError`` instead of deadlocking.
         - A background monitor given watches that is never started warns
           when it is garbage-collected or the interpreter exits.
 
     Args:
-        sinks: the sinks, as for :class:`Monitor`.
+        sinks: the sinks, as for [Monitor][monitor_async.Monitor].
         background: ``True`` (default): ``start()`` or ``with`` polls in a
             daemon loop thread. ``False``: nothing polls until ``step()``,
             which runs in the calling thread.
-        **options: every keyword option of :class:`Monitor`
+        **options: every keyword option of [Monitor][monitor_async.Monitor]
             (``poll_interval``, ``on_error``, ``queue_size``, ``max_batch``,
             ``poll_timeout``, ``close_sinks``, ``stop_timeout``,
             ``thread_limit``, ``max_values``, ``batch_wait``, ``world``,
@@ -153,7 +153,7 @@ class SyncMonitor:
     def _run(self, fn: Callable[[], Awaitable[T]], limit: float | None = None) -> T:
         """Runs ``await fn()`` on the monitor's loop: the loop thread's, or the private one.
 
-        ``limit``: seconds to wait for the result (:class:`LoopBusy` after).
+        ``limit``: seconds to wait for the result (``LoopBusy`` after).
         """
         self._guard()
         thread = self._loop_thread(self.background or loop_running_here())
@@ -179,7 +179,7 @@ class SyncMonitor:
 
     # ----------------------------------------------------------------- public API
     def watch(self, target: Any = None, **options: Unpack[WatchOptions]) -> str:
-        """Registers a target and returns its watch name; the options are :meth:`Monitor.watch`'s.
+        """Registers a target and returns its watch name; the options are [Monitor.watch][monitor_async.Monitor.watch]'s.
 
         Args:
             target: the object to poll (anything with ``stats()``, a Ray actor
@@ -187,7 +187,7 @@ class SyncMonitor:
             **options: ``name``, ``schedule``, ``step``, ``stats_fn``,
                 ``stats_kwargs``, ``rate_keys``, ``log_on_start``,
                 ``log_on_close``, ``poll_interval``, ``timeout``, ``offload``,
-                ``reduce``: see :meth:`Monitor.watch`.
+                ``reduce``: see [Monitor.watch][monitor_async.Monitor.watch].
 
         Raises:
             MonitorClosedError: the monitor was closed.
@@ -202,7 +202,7 @@ class SyncMonitor:
         microsecond on the calling thread); the monitor's loop makes it a record named ``name``
         and writes it to every sink, like a polled snapshot. Everything pushed
         before ``stop()``, ``close()`` or the end of a ``with`` block is written
-        by the time it returns. See :meth:`Monitor.log`.
+        by the time it returns. See [Monitor.log][monitor_async.Monitor.log].
 
         Args:
             name: the record's name and key namespace (not a watch's name).
@@ -249,7 +249,7 @@ class SyncMonitor:
             log.warning("SyncMonitor.flush(): the monitor's loop did not answer within %gs (a call blocks it)", limit)
 
     def stats(self) -> dict[str, float]:
-        """The monitor's own counters (see :meth:`Monitor.stats`); readable after ``close()`` too."""
+        """The monitor's own counters (see [Monitor.stats][monitor_async.Monitor.stats]); readable after ``close()`` too."""
         return self._call(self.monitor.stats)
 
     def alert(self, rule: Alert) -> None:
@@ -354,7 +354,7 @@ class SyncMonitor:
 
 
 class LoggerMonitor(SyncMonitor):
-    """:class:`SyncMonitor` under TorchRL's name and signature: a drop-in replacement.
+    """[SyncMonitor][monitor_async.SyncMonitor] under TorchRL's name and signature: a drop-in replacement.
 
     ``LoggerMonitor(logger, *, poll_interval=1.0, background=True, on_error="warn")``
     (``logger=`` works too) accepts a TorchRL logger (``log_metrics``/``log_scalar``),
@@ -368,8 +368,8 @@ class LoggerMonitor(SyncMonitor):
         background: poll in a daemon loop thread once started (default), or
             only at ``step()`` (``False``).
         on_error: ``"warn"`` (default), ``"ignore"`` or ``"raise"``, as for
-            :class:`Monitor`.
-        **options: any other keyword option of :class:`Monitor`.
+            [Monitor][monitor_async.Monitor].
+        **options: any other keyword option of [Monitor][monitor_async.Monitor].
 
     Examples:
         >>> from monitor_async import LoggerMonitor

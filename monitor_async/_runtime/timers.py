@@ -1,9 +1,9 @@
 """When polling happens: each watch's slots, the loop's shared timers, and the per-watch task.
 
-:func:`poll_forever` is the background task of one watch: the k-th poll is
+``poll_forever`` is the background task of one watch: the k-th poll is
 due at ``start + k * interval``; a poll that overruns skips the slots it
 missed (counted as ``polls_missed``) rather than bursting to catch up
-(:func:`next_due`). :class:`Ticks` keeps the loop's timers, one per due time,
+(``next_due``). ``Ticks`` keeps the loop's timers, one per due time,
 and polls the watches that answer inline in the timer's callback.
 """
 
@@ -40,10 +40,10 @@ class Ticks:
     the watch's timeout) or a watch moved to a thread. Other watches' tasks
     wait on one future per due time. Tasks that start in the same pass of
     the loop with the same interval (``start()``, or several ``watch()``
-    calls in a row) share their first slot, up to :attr:`GROUP` of them, so
+    calls in a row) share their first slot, up to ``GROUP`` of them, so
     they are polled together in one pass and their records reach each sink
     as one batch; a larger crowd is split into groups whose first slots are
-    spread over the interval (see :meth:`origin`).
+    spread over the interval (see ``origin``).
 
     Every watch still has its own task and its own slots: a poll that
     overruns costs the slots it missed to that watch alone, an awaited poll
@@ -115,7 +115,7 @@ class Ticks:
 
         The returned future (the task's to await) completes when the task is
         needed again: with the awaitable a ``stats()`` call returned, or with
-        :data:`OWN` when the task is to poll the watch itself.
+        ``OWN`` when the task is to poll the watch itself.
         """
         waiter = watch.waiter
         if waiter is None or waiter.done():
@@ -211,7 +211,7 @@ async def poll_forever(ticks: Ticks, watch: Watch) -> None:
     """The background task of one watch; runs until cancelled.
 
     A watch whose ``stats()`` answers inline with a mapping is carried by
-    the loop's :class:`Ticks` (polled in the timer's callback); otherwise the
+    the loop's ``Ticks`` (polled in the timer's callback); otherwise the
     task polls, awaits the answer and waits for its next slot itself.
     """
     loop = asyncio.get_running_loop()

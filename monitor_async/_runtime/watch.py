@@ -28,12 +28,12 @@ _NO_COUNTERS: dict[str, float] = {}
 
 
 class Watch:
-    """Bookkeeping for one target; :meth:`snapshot` is the per-poll hot path.
+    """Bookkeeping for one target; ``snapshot`` is the per-poll hot path.
 
     Values are namespaced as they are read (``"<name>/<key>"``, through the
-    watch's :class:`KeyCache` ``keys``), so the dict built by one poll is the
+    watch's ``KeyCache`` ``keys``), so the dict built by one poll is the
     record's ``metrics`` as is. Where the watch stands in background polling
-    is what it inherits from :class:`~monitor_async._runtime.timers.TimerSlot`. The rate and
+    is what it inherits from ``TimerSlot``. The rate and
     schedule keys are namespaced once here; the baseline keeps only the
     counters rates are derived from, in a small dict of its own, so a sink or
     a caller of ``step()`` changing a record's metrics cannot change a rate.
@@ -241,7 +241,7 @@ class Watch:
         return new_record(self.name, step, _time(), metrics, self.source)
 
     def prepare(self, raw: Any) -> Any:
-        """On a worker thread: a mapping ``stats()`` returned, flattened there (:meth:`snapshot` takes it as is).
+        """On a worker thread: a mapping ``stats()`` returned, flattened there (``snapshot`` takes it as is).
 
         Copying and flattening a lazy mapping (one slow read per key) then
         costs that thread, never the event loop. Anything else (an awaitable,
