@@ -188,7 +188,7 @@ def test_sync_stop_gives_up_on_a_loop_blocked_by_a_sink_and_a_later_close_finish
         wait_until_sync(blocker.entered.is_set)
         with caplog.at_level(logging.WARNING, logger="monitor_async"):
             _, took = call_within(monitor.stop, 30)
-        assert took < monitor.monitor._stop_bound() + 2.0
+        assert took < monitor.monitor.stop_bound() + 2.0
         assert any("did not answer" in w for w in monitor_warnings(caplog))
     finally:
         blocker.release.set()
