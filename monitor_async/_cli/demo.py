@@ -4,6 +4,8 @@ Everything runs in this process with no account, network or GPU: a collector
 thread producing frames into a replay buffer, a learner coroutine sampling
 it, an async inference server answering fake requests, and the monitor
 watching all three and itself, writing CSV, JSONL and TensorBoard files.
+The monitor runs with `Alert.defaults()`; with ``--stall`` the collector
+stops producing frames part way, and a stall rule over its frames fires.
 """
 
 from __future__ import annotations
@@ -18,11 +20,13 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from .._core.alerts import Alert, AlertEvent
 from .._core.schedule import Every
+from .._core.text import count
 from .._runtime.monitor import Monitor
 
 
@@ -64,10 +68,18 @@ class ReplayBuffer:
 
 
 class Collector:
-    """Steps a toy environment in a background thread and writes frames to the buffer."""
+    """Steps a toy environment in a background thread and writes frames to the buffer.
 
-    def __init__(self, buffer: ReplayBuffer) -> None:
+    Args:
+        buffer: the replay buffer it writes to.
+        stall_after: seconds after `start()` at which it stops producing
+            frames (its thread stays alive, as a stuck collector's does);
+            `None` (default): never.
+    """
+
+    def __init__(self, buffer: ReplayBuffer, stall_after: float | None = None) -> None:
         self.buffer = buffer
+        self.stall_after = stall_after
         self.frames = 0
         self.episodes = 0
         self.batches = 0
@@ -84,7 +96,11 @@ class Collector:
 
     def _run(self) -> None:
         episode_return = 0.0
+        stall_at = None if self.stall_after is None else time.monotonic() + self.stall_after
         while not self._stop.is_set():
+            if stall_at is not None and time.monotonic() >= stall_at:
+                self._stop.wait(0.05)  # alive, answering stats(), producing nothing
+                continue
             batch = [math.sin(self.frames + i) for i in range(200)]
             self.buffer.extend(batch)
             self.frames += len(batch)
@@ -152,6 +168,10 @@ class Learner:
 class DemoSystem:
     """The simulated RL system the demo monitors: a collector thread, its replay buffer, a learner, a server.
 
+    Args:
+        stall_after: seconds after the start at which the collector stops
+            producing frames (see `Collector`); `None` (default): never.
+
     Examples:
         >>> import asyncio
         >>> from monitor_async.backends import MemorySink
@@ -166,9 +186,9 @@ class DemoSystem:
         ['collector', 'inference', 'learner', 'monitor', 'replay_buffer']
     """
 
-    def __init__(self) -> None:
+    def __init__(self, stall_after: float | None = None) -> None:
         self.buffer = ReplayBuffer()
-        self.collector = Collector(self.buffer)
+        self.collector = Collector(self.buffer, stall_after)
         self.server = InferenceServer()
         self.learner = Learner()
 
@@ -225,13 +245,28 @@ def _new_run_dir(logdir: Path) -> Path:
     return run_dir
 
 
-async def run_demo(seconds: float, logdir: Path, console: bool) -> int:
+def stall_timing(seconds: float) -> tuple[float, float]:
+    """When ``--stall`` stops the collector in a demo of ``seconds``, and the stall rule's ``after``.
+
+    The collector stops at 30% of the run; the rule fires ``after`` seconds
+    later (a fifth of the run, 1 to 3 s), leaving half the run to see it.
+
+    Examples:
+        >>> stall_timing(15.0), stall_timing(4.0)
+        ((4.5, 3.0), (1.2, 1.0))
+    """
+    return 0.3 * seconds, min(max(seconds / 5, 1.0), 3.0)
+
+
+async def run_demo(seconds: float, logdir: Path, console: bool, stall: bool = False) -> int:
     """Runs the demo for ``seconds`` into a new folder under ``logdir``; returns the exit code.
 
     Args:
         seconds: how long the simulated training runs.
         logdir: the folder the run's folder is made in.
         console: whether to show the live console table (rich) or lines.
+        stall: whether the collector stops producing frames part way (see
+            `stall_timing`), which the rule `stalled collector/frames` reports.
 
     Returns:
         0, or 130 when interrupted (Ctrl-C): the files are whole and flushed either way.
@@ -249,23 +284,37 @@ async def run_demo(seconds: float, logdir: Path, console: bool) -> int:
         from ..backends import ConsoleSink
 
         sinks.append(ConsoleSink(sys.stdout, min_interval=1.0, title="monitor-async demo", name="console"))
-    monitor = Monitor(sinks, poll_interval=0.25, close_sinks=True)
-    system = DemoSystem()
+    rules = [*Alert.defaults()]
+    stall_after, after = stall_timing(seconds)
+    if stall:
+        rules.append(Alert.stalled("collector/frames", after=after))
+    fired: list[AlertEvent] = []
+    monitor = Monitor(sinks, poll_interval=0.25, close_sinks=True, alerts=rules, notify=fired.append)
+    system = DemoSystem(stall_after if stall else None)
     system.watch(monitor)
 
     print(f"monitor-async demo: {seconds:g} s of simulated training, writing to {run_dir}", flush=True)
+    if stall:
+        print(f"--stall: the collector stops producing frames after {stall_after:g} s; "
+              f"the rule 'stalled collector/frames' fires {after:g} s later", flush=True)
     interrupted = False
     try:
+        # opened before the monitor starts: importing tensorboardX and rich holds the GIL for a moment,
+        # which the blocked-loop rule would otherwise see as the loop stalling
+        for sink in sinks:
+            await sink.open()
         async with system.running(), monitor:
             await asyncio.sleep(seconds)
     except asyncio.CancelledError:
         interrupted = True  # Ctrl-C: `async with` has stopped the monitor and flushed the sinks
-    print("\n".join(closing(monitor.stats(), run_dir, logdir, await system.left_out(), interrupted)))
+    alerts = [e for e in fired if e.state == "firing"]
+    print("\n".join(closing(monitor.stats(), run_dir, logdir, await system.left_out(), interrupted, alerts)))
     return 130 if interrupted else 0
 
 
 def closing(
-    stats: dict[str, float], run_dir: Path, logdir: Path, left_out: list[str], interrupted: bool = False
+    stats: dict[str, float], run_dir: Path, logdir: Path, left_out: list[str], interrupted: bool = False,
+    alerts: Sequence[AlertEvent] = (),
 ) -> list[str]:
     """The demo's closing lines: what happened, where the files are, and commands that work here.
 
@@ -275,6 +324,7 @@ def closing(
         logdir: the folder the run's folder is in (TensorBoard's ``--logdir``).
         left_out: ``"<watch>: key=value"`` examples of values that are not numbers.
         interrupted: whether Ctrl-C ended the run.
+        alerts: the alert events that fired during the run.
 
     Returns:
         The lines to print.
@@ -301,6 +351,9 @@ def closing(
             f"{n:.0f} non-numeric values left out ({'; '.join(left_out[:3])})." if left_out
             else f"{n:.0f} values left out: not finite numbers (strings, NaN, inf...); only numbers are logged."
         )
+    if alerts:
+        lines.append(f"{count(len(alerts), 'alert')} fired:")
+        lines.extend(f"  {e.severity}: {e.message or e.rule}" for e in alerts)
     lines.append(f"files in {run_dir}:")
     lines.extend(f"  {p.relative_to(run_dir)}" for p in sorted(run_dir.rglob("*")) if p.is_file())
     q = shlex.quote
@@ -313,9 +366,9 @@ def closing(
     return lines
 
 
-def main(seconds: float, logdir: str, console: bool) -> int:
-    """``monitor-async demo``: runs ``run_demo``; Ctrl-C ends it cleanly (exit code 130)."""
+def main(seconds: float, logdir: str, console: bool, stall: bool = False) -> int:
+    """``monitor-async demo``: runs `run_demo`; Ctrl-C ends it cleanly (exit code 130)."""
     try:
-        return asyncio.run(run_demo(seconds, Path(logdir), console))
+        return asyncio.run(run_demo(seconds, Path(logdir), console, stall))
     except KeyboardInterrupt:
         return 130

@@ -46,6 +46,10 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--seconds", type=float, default=15.0, help="how long to run (default: 15)")
     demo.add_argument("--logdir", default="./runs", help="where to write the run (default: ./runs)")
     demo.add_argument("--no-console", action="store_true", help="do not show the live console table")
+    demo.add_argument(
+        "--stall", action="store_true",
+        help="make the collector stop producing frames part way, to see the alert it raises",
+    )
 
     show = commands.add_parser(
         "show", help="print a run: watches, metrics, records, time span, first and last values, rates",
@@ -203,7 +207,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 parser.error("--seconds must be a positive number")
             from .demo import main as demo
 
-            return demo(args.seconds, args.logdir, console=not args.no_console)
+            return demo(args.seconds, args.logdir, console=not args.no_console, stall=args.stall)
         if args.command == "tail":
             if not args.interval > 0:
                 parser.error("--interval must be a positive number")

@@ -65,6 +65,7 @@ def test_demo_writes_csv_jsonl_and_tensorboard_and_prints_commands_that_work(tmp
     _check_run(run_dir)
     assert re.search(r"\n\d+ records from \d+ polls of 5 watches; 0 dropped, 0 errors\.\n", out.stdout)
     assert "sink " not in out.stdout, "a sink is named only when it dropped records or failed"
+    assert "alert" not in out.stdout, "Alert.defaults() fires nothing on a healthy run"
     assert re.search(r"\n\d+ non-numeric values left out \(collector: policy='ppo'\)\.\n", out.stdout)
     assert "metrics.csv" in out.stdout and "metrics.jsonl" in out.stdout
     commands = _commands(out.stdout)
@@ -115,6 +116,8 @@ def test_on_an_80x24_terminal_the_table_shows_every_watch(tmp_path: Path) -> Non
     assert names == WATCHES
     assert "more" not in "\n".join(frame) and "…" not in "\n".join(frame)
     assert frame[-1].startswith("monitor: polls "), "the monitor's own line, under the table"
+    assert frame[0].startswith("monitor-async demo · 5 watches · "), "as many watches as the closing line says"
+    assert re.search(r"\n\d+ records from \d+ polls of 5 watches; ", term.text())
 
 
 def test_sigint_leaves_whole_files_and_the_summary(tmp_path: Path) -> None:
@@ -151,3 +154,34 @@ def test_help_and_version() -> None:
     assert out.stdout.strip() == f"monitor-async {__version__}"
     out = subprocess.run([*CLI, "demo", "--help"], capture_output=True, text=True, timeout=30)
     assert "--seconds" in out.stdout and "--logdir" in out.stdout and "--no-console" in out.stdout
+    assert "--stall" in out.stdout
+
+
+STALLED = "ALERT warning: collector/frames has not increased for "
+# the closing lines list the alerts that fired (on a loaded machine a blocked-loop warning may join it)
+FIRED = re.compile(r"\n\d+ alerts? fired:\n(  .*\n)*  warning: collector/frames has not increased for \d")
+
+
+def test_demo_stall_shows_the_alert_above_the_table_on_a_terminal(tmp_path: Path) -> None:
+    term = Terminal([*CLI, "demo", "--stall", "--seconds", "8", "--logdir", str(tmp_path)], columns=80, rows=24)
+    at = term.wait_for(STALLED, timeout=60)
+    assert term.text().find("monitor-async demo · ", at) > at, "above the table"
+    code, stderr = term.finish(timeout=60)
+    assert code == 0, stderr
+    text = term.text()
+    frame = text[: text.rindex("monitor-async demo · ")].rstrip("\n").splitlines()
+    assert frame[-1].startswith(STALLED), "still firing in the last frame: the collector never resumes"
+    assert FIRED.search(text)
+    assert "after 2.4 s" in text and "fires 1.6 s later" in text, "the demo says what it does on purpose"
+
+
+def test_demo_stall_without_a_console_names_the_alert_in_its_closing_lines(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [*CLI, "demo", "--stall", "--seconds", "5", "--logdir", str(tmp_path), "--no-console"],
+        capture_output=True, text=True, timeout=60, env=_env(),
+    )
+    assert out.returncode == 0, out.stderr
+    assert FIRED.search(out.stdout)
+    assert "collector/frames has not increased" in out.stderr, "and the monitor_async logger warned"
+    _check_run(next(tmp_path.iterdir()))
+

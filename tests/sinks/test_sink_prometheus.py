@@ -297,3 +297,27 @@ async def test_an_alert_before_any_record_starts_the_server() -> None:
     status, _, _ = await asyncio.to_thread(get, sink.health_url)
     assert status == 503
     await sink.close()
+
+
+async def test_a_monitor_rule_that_fires_and_resolves_shows_in_ALERTS_and_healthz() -> None:
+    from monitor_async import Alert
+
+    target = Counter(frames=5)
+    async with PrometheusSink(port=0) as sink:
+        monitor = Monitor(sink, poll_interval=0.05,
+                          alerts=[Alert.stalled("collector/frames", after=0.3, severity="critical")])
+        monitor.watch(target, name="collector")
+        async with monitor:
+            deadline = asyncio.get_running_loop().time() + 30
+            while (await asyncio.to_thread(get, sink.health_url))[0] != 503:
+                assert asyncio.get_running_loop().time() < deadline, "the stall never reached /healthz"
+                await asyncio.sleep(0.05)
+            _, _, text = await asyncio.to_thread(get, sink.url)
+            assert alerts(text) == [({"alertname": "stalled collector/frames", "alertstate": "firing",
+                                      "severity": "critical", "watch": "collector"}, 1.0)]
+            target.values["frames"] = 6.0  # it moves again: the alert resolves
+            while (await asyncio.to_thread(get, sink.health_url))[0] != 200:
+                assert asyncio.get_running_loop().time() < deadline, "the resolve never reached /healthz"
+                await asyncio.sleep(0.05)
+            _, _, text = await asyncio.to_thread(get, sink.url)
+            assert alerts(text) == []

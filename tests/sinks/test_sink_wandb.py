@@ -132,3 +132,28 @@ async def test_an_alert_before_any_record_opens_the_run_and_titles_stay_under_64
     [alert] = [r["alert"] for r in transaction_log(offline) if r["type"] == "alert"]
     assert len(alert["title"]) < 64 and alert["title"].startswith("firing: stalled xxx")
     assert alert["text"] == long and alert["level"] == "ERROR", "the rule stands in for an empty message"
+
+
+async def test_a_monitor_rule_that_fires_lands_in_the_offline_run(offline: Path) -> None:
+    import asyncio
+
+    from monitor_async import Alert
+
+    class Stuck:
+        def stats(self) -> dict[str, float]:
+            return {"frames": 100.0}
+
+    fired: list[Any] = []
+    sink = WandbSink(project="monitor-async-tests", dir=str(offline))
+    monitor = Monitor(sink, poll_interval=0.05, close_sinks=True, notify=fired.append,
+                      alerts=[Alert.stalled("stuck/frames", after=0.3)])
+    monitor.watch(Stuck(), name="stuck")
+    async with monitor:
+        for _ in range(600):
+            if fired:
+                break
+            await asyncio.sleep(0.05)
+    assert fired, "the rule fired"
+    [alert] = [r["alert"] for r in transaction_log(offline) if r["type"] == "alert"]
+    assert alert["title"] == "firing: stalled stuck/frames" and alert["level"] == "WARN"
+    assert alert["text"].startswith("stuck/frames has not increased for ")
