@@ -69,14 +69,19 @@ def snapshot(metrics: Any, depth: int = 0) -> Any:
         >>> copy
         {'opt': {'lr': 0.1}}
     """
+    plain = _PLAIN
     try:
         if type(metrics) is dict:
             copy = metrics.copy()
+            for value in copy.values():  # the common case: plain values only, one look at each type
+                if type(value) not in plain:
+                    break
+            else:
+                return copy
         elif isinstance(metrics, Mapping) and depth < MAX_DEPTH:
             copy = {key: metrics[key] for key in metrics}
         else:
             return metrics
-        plain = _PLAIN
         for key, value in copy.items():
             if type(value) not in plain and isinstance(value, Mapping) and depth < MAX_DEPTH:
                 copy[key] = snapshot(value, depth + 1)
