@@ -14,14 +14,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from fnmatch import fnmatchcase
+from fnmatch import translate
 from functools import partial
 from typing import Any
 
-from .._core.alerts import Alert, AlertEvent, is_pattern
+from .._core.alerts import Alert, AlertEvent
+from .._core.alerts import is_pattern as _is_pattern
 from .._core.exceptions import ConfigError
 from .._core.policy import describe, log
 from .._core.record import EMPTY_SOURCE, Record, Source
@@ -29,6 +32,19 @@ from .._core.values import nonfinite_values
 from .notify import Notifier, log_event
 
 __all__ = ["Engine", "LoopLag"]
+
+_MATCHERS: dict[str, Callable[[str], Any]] = {}
+
+
+def fnmatchcase(name: str, pattern: str) -> bool:
+    """`fnmatch.fnmatchcase`, with each pattern compiled once (a crowd of watches is matched against few rules)."""
+    match = _MATCHERS.get(pattern)
+    if match is None:
+        match = _MATCHERS[pattern] = re.compile(translate(pattern)).match
+    return match(name) is not None
+
+
+is_pattern = functools.cache(_is_pattern)
 
 _FLOOR = 0.02
 """The shortest period of the rules' timer (seconds)."""
@@ -127,7 +143,10 @@ class Stalled(Track):
 
 
 class Quiet(Track):
-    """``Alert.quiet``: no successful poll (or push) for ``after`` seconds."""
+    """``Alert.quiet`` for a pushed name or a rank: no push (or no new snapshot on the board) for ``after`` seconds.
+
+    The watches of this process are :class:`QuietWatches`'s.
+    """
 
     __slots__ = ("after", "last")
 
@@ -146,6 +165,67 @@ class Quiet(Track):
             self.since = self.last
             self.fire(self.last, f"{self.watch}{self.where} has not answered for {_seconds(now - self.last)} "
                                  f"(no successful poll or push since {_clock_text(self.engine.unix(self.last))})")
+
+
+class QuietWatches:
+    """``Alert.quiet`` for the watches of this process: one object per rule, whatever the number of watches.
+
+    The time of each watch's last logged snapshot is read from the watch at
+    each look of the timer (nothing is done per poll); a poll that logged
+    nothing is told through :meth:`saw`. Per watch it keeps only floats in a
+    few dicts (no object per watch for the garbage collector to walk); a
+    :class:`Quiet` is made for a watch while it fires.
+    """
+
+    def __init__(self, engine: Engine, rule: Alert) -> None:
+        self.engine = engine
+        self.rule = rule
+        self.members: dict[str, Any] = {}  # name: its Watch (last_log_time: monotonic, or None)
+        self.after: dict[str, float] = {}
+        self.last: dict[str, float] = {}  # running time of the last success seen
+        self.seen: dict[str, float | None] = {}
+        self.firing: dict[str, Quiet] = {}
+
+    def join(self, name: str, watch: Any, after: float) -> None:
+        self.members[name] = watch
+        self.after[name] = after
+        self.last[name] = self.engine.clock()
+        self.seen[name] = getattr(watch, "last_log_time", None)
+
+    def leave(self, name: str) -> None:
+        for table in (self.members, self.after, self.last, self.seen):
+            table.pop(name, None)
+        track = self.firing.pop(name, None)
+        if track is not None:
+            track.resolve(f"watch {name!r} was removed")
+
+    def saw(self, name: str, now: float) -> None:
+        if name in self.last:
+            self.last[name] = now
+            track = self.firing.pop(name, None)
+            if track is not None:
+                track.update({}, now)
+
+    def sync(self) -> None:
+        """Reads each watch's last logged snapshot (monotonic) into running time."""
+        offset = self.engine.offset
+        seen, last = self.seen, self.last
+        for name, watch in self.members.items():
+            at = watch.last_log_time
+            if at is not None and at != seen[name]:
+                seen[name] = at
+                at -= offset
+                if at > last[name]:
+                    self.saw(name, at)
+
+    def check(self, now: float) -> None:
+        self.sync()
+        last, after, firing = self.last, self.after, self.firing
+        for name, since in last.items():
+            if now - since >= after[name] and name not in firing:
+                track = firing[name] = Quiet(self.engine, self.rule, name, self.engine.source, after[name])
+                track.last = since
+                track.check(now)
 
 
 class Threshold(Track):
@@ -282,18 +362,24 @@ class Engine:
         self.counts = {"alerts_fired": 0, "notify_errors": 0, "notify_skipped": 0}
         self.notifiers: dict[int, Notifier] = {}
         self.monitor_notify = [self._notifier(fn) for fn in notify]
-        self.watches: dict[str, tuple[float, Any]] = {}  # name: (poll interval, target)
+        self.watches: dict[str, float] = {}  # name: poll interval
+        self.watch_objects: dict[str, Any] = {}  # name: its Watch (target, last logged snapshot)
+        self.quiet_groups: dict[str, QuietWatches] = {}  # a quiet rule's name: its watches
+        self.idle: dict[str, int] = {}
+        """Record names no tracker wants, with their snapshot size then: the fan-out skips those records."""
         self.ignored: set[str] = set()  # reduced watches another rank (the main one) evaluates
         self.bound: dict[str, tuple[int, list[Track]]] = {}  # record name: (its size then, its trackers)
         self.tracks: dict[tuple[str, str, str | None, tuple[Any, ...]], Track] = {}
-        self.timed: list[Track] = []
+        self.timed: dict[Track | QuietWatches, None] = {}  # the trackers the timer looks at, in order (QuietWatches too)
+        self.targets: dict[str, Any] = {}
+        self.nonfinite_of: dict[str, list[Track]] = {}  # a name's nonfinite trackers, resolved by its records
         self.warned: set[str] = set()
         self.board_seq: dict[tuple[str, int], int] = {}
         self.firing_now: dict[int, AlertEvent] = {}
         self.blocked_track: Track | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.task: asyncio.Task[None] | None = None
-        self._offset = 0.0  # running time = monotonic() - offset
+        self.offset = 0.0  # running time = monotonic() - offset
         self.paused_at: float | None = time.monotonic()  # stopped (or never started) since
         self.scan_nonfinite = False
         for rule in rules:
@@ -307,7 +393,7 @@ class Engine:
     def clock(self) -> float:
         """The monitor's running time (seconds): it stands still while the monitor is stopped."""
         paused = self.paused_at
-        return (time.monotonic() if paused is None else paused) - self._offset
+        return (time.monotonic() if paused is None else paused) - self.offset
 
     def unix(self, at: float) -> float:
         """The unix time of running time ``at``."""
@@ -315,11 +401,13 @@ class Engine:
 
     def resume(self) -> None:
         if self.paused_at is not None:
-            self._offset += time.monotonic() - self.paused_at
+            self.offset += time.monotonic() - self.paused_at
             self.paused_at = None
 
     def pause(self) -> None:
         if self.paused_at is None:
+            for group in self.quiet_groups.values():  # the last logged snapshots, read before time stops
+                group.sync()
             self.paused_at = time.monotonic()
 
     # ----------------------------------------------------------------- rules
@@ -331,7 +419,7 @@ class Engine:
         """Adds a rule; checks it against every watch it concerns (``ConfigError`` names both)."""
         if not isinstance(rule, Alert):
             raise ConfigError(f"alerts: expected monitor_async.Alert rules, got {rule!r}")
-        for name, (interval, _) in self.watches.items():
+        for name, interval in self.watches.items():
             if self.concerns(rule, name):
                 rule.check_watch(name, interval)
         if any(r.name == rule.name and r.kind == rule.kind and r.target == rule.target for r in self.rules):
@@ -339,12 +427,17 @@ class Engine:
         self.rules.append(rule)
         if rule.kind == "nonfinite":
             self.scan_nonfinite = True
-        for name, (interval, target) in self.watches.items():
-            self._track_watch(rule, name, interval, target)
+        if rule.kind == "quiet":
+            group = self.quiet_groups[rule.name] = QuietWatches(self, rule)
+            self.timed[group] = None
+        for name, interval in self.watches.items():
+            self._track_watch(rule, name, interval, self.watch_objects.get(name))
+        self.idle.clear()  # every name is bound again, this rule included
         if rule.kind == "quiet" and not is_pattern(rule.target) and rule.target not in self.watches:
             assert rule.after is not None
             name = rule.target  # a pushed name (or a watch still to come): quiet from now on
-            self._timed(self._get(rule, name, None, self.source, partial(Quiet, self, rule, name, self.source, rule.after)))
+            make = partial(Quiet, self, rule, name, self.source, rule.after)
+            self._timed(self._get(rule, name, None, self.source, make))
         if rule.kind == "blocked":
             self.blocked_track = self.blocked_track or Track(self, rule, "loop", None, self.source)
         self.bound.clear()  # records bind their trackers again, this rule included
@@ -367,11 +460,16 @@ class Engine:
             if self.concerns(rule, name):
                 rule.check_watch(name, interval)
 
-    def add_watch(self, name: str, interval: float, target: Any) -> None:
-        """A watch was registered: its quiet and unhealthy trackers start now."""
-        self.watches[name] = (interval, target)
+    def add_watch(self, name: str, interval: float, target: Any, watch: Any = None) -> None:
+        """A watch was registered: its quiet and unhealthy trackers start now.
+
+        ``watch`` (the `Watch`) lets ``quiet`` read the time of its last logged snapshot.
+        """
+        self.watches[name] = interval
+        self.watch_objects[name] = watch
+        self.targets[name] = target
         for rule in self.rules:
-            self._track_watch(rule, name, interval, target)
+            self._track_watch(rule, name, interval, watch)
 
     def ignore(self, name: str) -> None:
         """Rules about ``name`` are evaluated elsewhere (a reduced watch, on the main rank)."""
@@ -380,20 +478,30 @@ class Engine:
 
     def remove_watch(self, name: str) -> None:
         self.watches.pop(name, None)
+        self.watch_objects.pop(name, None)
+        self.targets.pop(name, None)
+        for group in self.quiet_groups.values():
+            group.leave(name)
         self.bound.pop(name, None)
+        self.idle.pop(name, None)
+        self.nonfinite_of.pop(name, None)
         for key in [k for k, t in self.tracks.items() if t.watch == name]:
             track = self.tracks.pop(key)
-            if track in self.timed:
-                self.timed.remove(track)
+            self.timed.pop(track, None)
             if track.firing:
                 track.resolve(f"watch {name!r} was removed")
 
-    def _track_watch(self, rule: Alert, name: str, interval: float, target: Any) -> None:
+    def _track_watch(self, rule: Alert, name: str, interval: float, watch: Any) -> None:
         if not self.concerns(rule, name):
             return
+        target = self.targets.get(name)
         if rule.kind == "quiet":
             after = rule.after if rule.after is not None else max(10 * interval, 30.0)
-            self._timed(self._get(rule, name, None, self.source, partial(Quiet, self, rule, name, self.source, after)))
+            pushed = self.tracks.pop((rule.name, name, None, tuple(sorted(self.source.items()))), None)
+            if pushed is not None:  # the rule named it before it was a watch
+                self.timed.pop(pushed, None)
+            if watch is not None:
+                self.quiet_groups[rule.name].join(name, watch, after)
         elif rule.kind == "unhealthy":
             health = getattr(target, "health", None)
             if not callable(health):
@@ -413,15 +521,15 @@ class Engine:
 
     def _timed(self, track: Track) -> None:
         if track not in self.timed:
-            self.timed.append(track)
+            self.timed[track] = None
 
     def period(self) -> float:
         """How often the timer looks: ``min(after / 4, 1 s, the shortest poll interval)``, at least 20 ms."""
         period = 1.0
         for rule in self.rules:
-            if rule.after:
+            if rule.after and rule.kind != "blocked":  # a blocked loop is LoopLag's to notice
                 period = min(period, rule.after / 4)
-        for interval, _ in self.watches.values():
+        for interval in self.watches.values():
             period = min(period, interval)
         return max(period, _FLOOR)
 
@@ -443,12 +551,9 @@ class Engine:
         """A poll of ``name`` succeeded but logged nothing (its schedule): it is not quiet."""
         if self.paused_at is not None:
             return
-        entry = self.bound.get(name)
-        if entry is not None:
-            now = self.clock()
-            for track in entry[1]:
-                if type(track) is Quiet:
-                    track.update({}, now)
+        now = self.clock()
+        for group in self.quiet_groups.values():
+            group.saw(name, now)
 
     def _bind(self, name: str, metrics: Mapping[str, float], source: Mapping[str, Any], bound_as: str | None = None) -> tuple[
         int, list[Track]
@@ -459,7 +564,12 @@ class Engine:
             for rule in self.rules:
                 self._bind_rule(rule, name, metrics, source, tracks)
         entry = (len(metrics), tracks)
-        self.bound[bound_as or name] = entry
+        if bound_as is not None or tracks:
+            self.bound[bound_as or name] = entry
+            self.idle.pop(name, None)
+        else:  # nothing to update: the fan-out skips its records while the snapshot keeps its size
+            self.bound.pop(name, None)
+            self.idle[name] = len(metrics)
         return entry
 
     def _bind_rule(
@@ -467,17 +577,16 @@ class Engine:
     ) -> None:
         kind = rule.kind
         if kind == "quiet":
+            if name in self.watches and source == self.source:
+                return  # a watch of this process: its rule's QuietWatches reads it from the watch
             if fnmatchcase(name, rule.target) and (not rule.auto or name in self.watches):
-                interval = self.watches.get(name, (0.0, None))[0]
-                after = rule.after if rule.after is not None else max(10 * interval, 30.0)
+                after = rule.after if rule.after is not None else max(10 * self.watches.get(name, 0.0), 30.0)
                 track = self._get(rule, name, None, source, partial(Quiet, self, rule, name, source, after))
                 self._timed(track)
                 tracks.append(track)
             return
         if kind == "nonfinite":
-            tracks.extend(
-                t for t in self.tracks.values() if type(t) is Nonfinite and t.watch == name and t.source == source
-            )
+            tracks.extend(t for t in self.nonfinite_of.get(name, ()) if t.source == source)
             return
         if kind not in ("stalled", "above", "below"):
             return
@@ -494,7 +603,7 @@ class Engine:
             if kind == "stalled":
                 after = float(rule.after or 0.0)
                 if rule.auto and name in self.watches:
-                    after = max(after, 10 * self.watches[name][0])
+                    after = max(after, 10 * self.watches[name])
                 make: Callable[[], Track] = partial(Stalled, self, rule, name, key, source, after)
             else:
                 make = partial(Threshold, self, rule, name, key, source)
@@ -527,6 +636,9 @@ class Engine:
                 if not fnmatchcase(key, rule.target):
                     continue
                 track = self._get(rule, name, key, source, partial(Nonfinite, self, rule, name, key, source))
+                known = self.nonfinite_of.setdefault(name, [])
+                if track not in known:
+                    known.append(track)
                 track.value = value
                 self.bound.pop(name, None)  # the key's next finite value resolves it
                 track.since = self.clock()
@@ -559,7 +671,7 @@ class Engine:
         if self.paused_at is not None:
             return
         now = self.clock()
-        for track in self.timed:
+        for track in list(self.timed):
             track.check(now)
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:

@@ -15,13 +15,15 @@ __all__ = ["Fanout"]
 class Fanout:
     """The one fan-out: polls, pushes and reductions hand their records to it."""
 
-    __slots__ = ("channels", "counters", "observer")
+    __slots__ = ("channels", "counters", "idle", "observer")
 
     def __init__(self, channels: Sequence[Channel], counters: Counters) -> None:
         self.channels = channels
         self.counters = counters
         self.observer: Callable[[Record], None] | None = None
         """Sees every record after the channels (the alert rules), or ``None`` when no rule is set."""
+        self.idle: dict[str, int] = {}
+        """Record names the observer does not want, with their snapshot size then (see `Engine.idle`)."""
 
     def emit(self, record: Record) -> None:
         """Counts ``record`` and puts it in each sink's channel."""
@@ -29,7 +31,7 @@ class Fanout:
         for channel in self.channels:
             channel.put(record)
         observer = self.observer
-        if observer is not None:
+        if observer is not None and self.idle.get(record.name) != len(record.metrics):
             observer(record)
 
     def event(self, event: AlertEvent) -> None:

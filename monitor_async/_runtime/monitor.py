@@ -422,7 +422,7 @@ class Monitor:
             source=self._source,
         )
         watch = Watch(**common) if publish is None else ReducedWatch(publish, **common)
-        self._alerts.add_watch(name, interval, target)
+        self._alerts.add_watch(name, interval, target, watch)
         self._watches[name] = watch
         if self._loop is not None:
             self._spawn(watch)
@@ -552,6 +552,7 @@ class Monitor:
         engine = self._alerts
         if engine.active:
             self._emit.observer = engine.observe
+            self._emit.idle = engine.idle
             self._poller.alerts = engine
             self._pushes.rescan = engine.rescan if engine.scan_nonfinite else None
 
