@@ -97,7 +97,7 @@ class ConsoleSink(ThreadedSink):
             clock (default ``"monitor-async"``).
         name: the sink's label in ``Monitor.stats()``
             (``sink/<label>/written``...) and in messages. ``None`` (default)
-            or ``""``: the lowercase class name, ``"consolesink"``; a monitor
+            or ``""``: the class name lowercased without ``Sink``, ``"console"``; a monitor
             makes a repeated label unique with ``_1``, ``_2``...
         ranks: ``"main"`` (default): only the main rank (rank 0) of a
             distributed job prints, so the ranks' lines do not interleave on

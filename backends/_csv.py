@@ -98,8 +98,8 @@ class CSVSink(LineSink):
             before ``write`` returns, at the cost of one disk sync per batch.
         name: the sink's label in ``Monitor.stats()``
             (``sink/<label>/written``, ``sink/<label>/keys_escaped``...) and
-            in messages. ``None`` (default) or ``""``: the lowercase class
-            name, ``"csvsink"``; a monitor makes a repeated label unique with
+            in messages. ``None`` (default) or ``""``: the class name lowercased without
+            ``Sink``, ``"csv"``; a monitor makes a repeated label unique with
             ``_1``, ``_2``...
         ranks: ``"all"`` (default): every rank of a distributed job writes
             its own records; a local file is cheap and each batch is one

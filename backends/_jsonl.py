@@ -63,8 +63,8 @@ class JSONLSink(LineSink):
             before ``write`` returns, at the cost of one disk sync per batch.
         name: the sink's label in ``Monitor.stats()``
             (``sink/<label>/written``, ``sink/<label>/recreated``...) and in
-            messages. ``None`` (default) or ``""``: the lowercase class name,
-            ``"jsonlsink"``; a monitor makes a repeated label unique with
+            messages. ``None`` (default) or ``""``: the class name lowercased without ``Sink``,
+            ``"jsonl"``; a monitor makes a repeated label unique with
             ``_1``, ``_2``...
         ranks: ``"all"`` (default): every rank of a distributed job writes
             its own records; a local file is cheap and each batch is one

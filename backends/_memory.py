@@ -18,7 +18,7 @@ class MemorySink(BaseSink):
     Args:
         name: the sink's label in ``Monitor.stats()``
             (``sink/<label>/written``...) and in messages. ``None`` (default)
-            or ``""``: the lowercase class name, ``"memorysink"``; a monitor
+            or ``""``: the class name lowercased without ``Sink``, ``"memory"``; a monitor
             makes a repeated label unique with ``_1``, ``_2``...
         ranks: ``"all"`` (default): the sink is used on every rank of a
             distributed job, each process keeping its own records (a list in

@@ -254,7 +254,7 @@ class MLflowSink(ResilientSink):
             Must be a finite number > 0.
         name: the sink's label in ``Monitor.stats()``
             (``sink/<label>/retries``...) and in messages, not the run's
-            name. ``None`` (default) or ``""``: ``"mlflowsink"``; a monitor
+            name. ``None`` (default) or ``""``: ``"mlflow"``; a monitor
             makes a repeated label unique with ``_1``, ``_2``...
         ranks: ``"main"`` (default): only the main rank (rank 0) of a
             distributed job logs, so a job is one run rather than one per

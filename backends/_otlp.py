@@ -187,7 +187,7 @@ class OTLPSink(ResilientSink):
         backoff: the waits between tries (default ``Backoff()``).
         name: the sink's label in ``Monitor.stats()``
             (``sink/<label>/points_rejected``...) and in messages; it is not
-            exported. ``None`` (default) or ``""``: ``"otlpsink"``; a
+            exported. ``None`` (default) or ``""``: ``"otlp"``; a
             monitor makes a repeated label unique with ``_1``, ``_2``...
         ranks: ``"all"`` (default): every rank of a distributed job exports,
             its ``source`` (``rank``) among the data points' attributes, so

@@ -261,7 +261,7 @@ class PrometheusSink(BaseSink):
         name: the sink's label in ``Monitor.stats()``
             (``sink/<label>/series_dropped``...) and in messages; it does not
             appear in the exported metrics. ``None`` (default) or ``""``: the
-            lowercase class name, ``"prometheussink"``; a monitor makes a
+            class name lowercased without ``Sink``, ``"prometheus"``; a monitor makes a
             repeated label unique with ``_1``, ``_2``...
         ranks: ``"all"`` (default): every rank of a distributed job keeps
             and serves its own gauges (Prometheus scrapes each process, and

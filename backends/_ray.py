@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from monitor_async._core import ConfigError, Ranks, Record, Source, check_ranks
+from monitor_async._core.names import sink_label
 
 from ._delivery import Failure, ResilientSink, text_of
 
@@ -113,7 +114,7 @@ class RaySink(ResilientSink):
     The actor is created when the sink is constructed; call ``ray.init()``
     before to pick the cluster. This handle's label in ``Monitor.stats()``
     is ``ray_<n>``, ``<n>`` being the actor's name, else the hosted sink's
-    ``name``, else the lowercase class name (``ray_memorysink``).
+    ``name``, else its class name lowercased without ``Sink`` (``ray_memory``).
 
     Args:
         sink_cls: the sink class, or any callable returning a sink, that the
@@ -189,7 +190,7 @@ class RaySink(ResilientSink):
                 f"RaySink: delivery takes spool_dir, spool_bytes and backoff; got {', '.join(unknown)}"
             )
         options = {"num_cpus": 0, **(actor_options or {})}
-        inner = options.get("name") or kwargs.get("name") or getattr(sink_cls, "__name__", "sink").lower()
+        inner = options.get("name") or kwargs.get("name") or sink_label(getattr(sink_cls, "__name__", "sink"))
         super().__init__(name=f"ray_{inner}", **(delivery or {}))
         try:
             self._actor: Any = _RemoteHost.options(**options).remote(sink_cls, args, kwargs)

@@ -70,8 +70,8 @@ class TensorBoardSink(ThreadedSink):
         name: the sink's label in ``Monitor.stats()``
             (``sink/<label>/written``, ``sink/<label>/keys_escaped``...) and
             in messages; not a TensorBoard run name (that is the folder).
-            ``None`` (default) or ``""``: the lowercase class name,
-            ``"tensorboardsink"``; a monitor makes a repeated label unique
+            ``None`` (default) or ``""``: the class name lowercased without ``Sink``,
+            ``"tensorboard"``; a monitor makes a repeated label unique
             with ``_1``, ``_2``...
         ranks: ``"main"`` (default): only the main rank (rank 0) of a
             distributed job writes, so a job shows as one run instead of one

@@ -78,7 +78,7 @@ class WandbSink(ThreadedSink):
             (``sink/<label>/written``...) and in messages, not the wandb run's
             name (to name the run, pass a ``run`` made by
             ``wandb.init(name=...)``). ``None`` (default) or ``""``: the
-            lowercase class name, ``"wandbsink"``; a monitor makes a
+            class name lowercased without ``Sink``, ``"wandb"``; a monitor makes a
             repeated label unique with ``_1``, ``_2``...
         ranks: ``"main"`` (default): only the main rank (rank 0) of a
             distributed job logs, so a job is one run rather than one per

@@ -111,7 +111,7 @@ class ResilientSink(BaseSink):
             `Backoff`.
         name: the sink's label in ``Monitor.stats()``
             (``sink/<label>/retries``...) and in messages. ``None``
-            (default) or ``""``: the lowercase class name; a monitor makes a
+            (default) or ``""``: the class name lowercased without ``Sink``; a monitor makes a
             repeated label unique with ``_1``, ``_2``...
 
     Raises:

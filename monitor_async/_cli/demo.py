@@ -275,15 +275,15 @@ async def run_demo(seconds: float, logdir: Path, console: bool, stall: bool = Fa
 
     run_dir = _new_run_dir(logdir)
     sinks: list[Any] = [
-        CSVSink(run_dir / "metrics.csv", name="csv"),
-        JSONLSink(run_dir / "metrics.jsonl", name="jsonl"),
+        CSVSink(run_dir / "metrics.csv"),
+        JSONLSink(run_dir / "metrics.jsonl"),
         # event files right in the run's folder: `tensorboard --logdir <logdir>` names the run after it
-        TensorBoardSink(run_dir, flush_secs=1, name="tensorboard"),
+        TensorBoardSink(run_dir, flush_secs=1),
     ]
     if console:
         from ..backends import ConsoleSink
 
-        sinks.append(ConsoleSink(sys.stdout, min_interval=1.0, title="monitor-async demo", name="console"))
+        sinks.append(ConsoleSink(sys.stdout, min_interval=1.0, title="monitor-async demo"))
     rules = [*Alert.defaults()]
     stall_after, after = stall_timing(seconds)
     if stall:

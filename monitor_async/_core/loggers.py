@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from .exceptions import SinkTypeError
-from .names import DEFAULT_RATE_NAMES
+from .names import DEFAULT_RATE_NAMES, sink_label
 from .policy import log
 from .record import Record
 from .sink import ThreadedSink
@@ -307,7 +307,7 @@ class LoggerSink(ThreadedSink):
     Args:
         logger: the logger to adapt.
         name: the sink's label in ``Monitor.stats()``; default: the logger's
-            lowercase class name.
+            lowercase class name (``"csvlogger"``).
         ranks: in a distributed job, ``"all"`` (default) or ``"main"`` (rank
             0 only), as for every sink.
         keys: for ``write(report)`` loggers, full keys (``"learner/loss"``)
@@ -349,7 +349,7 @@ class LoggerSink(ThreadedSink):
         self._style = style
         self._on_loop = is_async_callable(getattr(logger, style))
         self.logger = logger
-        self.name = name or type(logger).__name__.lower()
+        self.name = sink_label(type(logger).__name__, name)
         self._wide = WideReports(self.name, keys, grow) if style == "write" else None
 
     def counters(self) -> dict[str, float]:

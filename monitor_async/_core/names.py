@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Container, Iterable, Mapping
 
-__all__ = ["DEFAULT_RATE_NAMES", "RATE", "rate_names", "split_rates", "unique"]
+__all__ = ["DEFAULT_RATE_NAMES", "RATE", "rate_names", "sink_label", "split_rates", "unique"]
 
 RATE = "_per_second"
 """The suffix of every rate name."""
@@ -63,12 +63,32 @@ def split_rates(metrics: Mapping[str, float]) -> tuple[list[tuple[str, float, fl
     return [(k, v, paired.get(k)) for k, v in plain.items()], lone
 
 
+def sink_label(kind: str, name: object = None) -> str:
+    """A sink's label in ``Monitor.stats()`` (``sink/<label>/...``) and in messages.
+
+    ``name`` when it is a non-empty string (the user's ``name=`` wins), else the
+    class name ``kind`` lowercased without a trailing ``sink``; a name that is
+    only ``Sink`` stays ``"sink"``.
+
+    Examples:
+        >>> sink_label("CSVSink"), sink_label("TensorBoardSink"), sink_label("CSVLogger")
+        ('csv', 'tensorboard', 'csvlogger')
+        >>> sink_label("CSVSink", "train")
+        'train'
+    """
+    if isinstance(name, str) and name:
+        return name
+    label = kind.lower()
+    short = label.removesuffix("sink").rstrip("_")
+    return short or label
+
+
 def unique(base: str, taken: Container[str]) -> str:
     """``base``, or ``base_1``, ``base_2``... whichever is not ``taken`` first.
 
     Examples:
-        >>> unique("csvsink", {"csvsink", "csvsink_1"})
-        'csvsink_2'
+        >>> unique("csv", {"csv", "csv_1"})
+        'csv_2'
     """
     label, n = base, 0
     while label in taken:

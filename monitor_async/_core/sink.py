@@ -21,6 +21,7 @@ from types import TracebackType
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from .exceptions import SinkClosedError
+from .names import sink_label
 from .record import Record
 from .threads import WorkerPool
 
@@ -77,7 +78,7 @@ class BaseSink:
 
     @property
     def label(self) -> str:
-        return self.name or type(self).__name__.lower()
+        return sink_label(type(self).__name__, self.name)
 
     async def write(self, records: Sequence[Record]) -> None:
         """Writes a batch of records (opening the sink first if needed)."""

@@ -23,7 +23,7 @@ from .._core.alerts import AlertEvent
 from .._core.exceptions import PartialWriteError, SinkError
 from .._core.guard import as_error, call_guarded, must_propagate, within
 from .._core.loggers import as_sink, is_async_callable
-from .._core.names import unique
+from .._core.names import sink_label, unique
 from .._core.policy import ErrorPolicy, describe, log
 from .._core.record import Record
 from .._core.sink import ThreadedSink
@@ -43,8 +43,8 @@ def channels_for(
     Each one is checked now (see ``as_sink``): a legacy (TorchRL / AgileRL
     style) logger is wrapped in ``LoggerSink``; a class, a file or stream, a
     path or anything else raises ``SinkTypeError`` naming it. A sink's label
-    is its ``name`` when it has one, else its lowercase class name, made
-    unique with ``_1``, ``_2``...
+    is ``sink_label``'s (its ``name`` when it has one, else its class name
+    lowercased without a trailing ``sink``), made unique with ``_1``, ``_2``...
     """
     if sinks is None:
         sinks = []
@@ -54,8 +54,7 @@ def channels_for(
     taken: set[str] = set()
     for given in sinks:
         sink = as_sink(given)
-        name = getattr(sink, "name", None)
-        label = unique(name if isinstance(name, str) and name else type(sink).__name__.lower(), taken)
+        label = unique(sink_label(type(sink).__name__, getattr(sink, "name", None)), taken)
         taken.add(label)
         channels.append(Channel(sink, label, queue_size, max_batch, errors, batch_wait))
     return channels

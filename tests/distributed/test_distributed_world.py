@@ -116,7 +116,7 @@ async def test_a_main_rank_sink_is_never_opened_on_another_rank(tmp_path: Path) 
     await monitor.stop()
     assert [c.label for c in monitor._channels] == ["csv"]
     assert not (tmp_path / "tb").exists(), "the main-rank sink touched the disk on rank 1"
-    assert "sink/tensorboardsink/written" not in monitor.stats()
+    assert "sink/tensorboard/written" not in monitor.stats()
 
 
 def test_rank_in_a_path_and_a_tracker_folder_per_rank(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,9 +8,11 @@ examples and benchmarks the tests start as subprocesses, and the LICENSE must be
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -30,18 +32,40 @@ def _shipped(directory: str) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def sdist_files(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
+def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The sdist, and the wheel built from it, as ``python -m build`` makes them."""
+    # from a copy without build leftovers: an old *.egg-info's file list would be shipped again
+    tree = tmp_path_factory.mktemp("tree") / "monitor-async"
+    junk = shutil.ignore_patterns(".git", "*.egg-info", "build", "dist", "site", "runs", "__pycache__", "*.py[co]",
+                                  ".venv", ".hypothesis", ".mypy_cache", ".ruff_cache", ".pytest_cache", "wandb")
+    shutil.copytree(ROOT, tree, symlinks=True, ignore=junk)
     out = tmp_path_factory.mktemp("dist")
     done = subprocess.run(
-        [sys.executable, "-m", "build", "--sdist", "--outdir", str(out), str(ROOT)],
+        [sys.executable, "-m", "build", "--outdir", str(out), str(tree)],
         capture_output=True, text=True, timeout=300,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    (archive,) = out.glob("monitor_async-*.tar.gz")
+    return out
+
+
+@pytest.fixture(scope="module")
+def sdist_files(dist: Path) -> set[str]:
+    (archive,) = dist.glob("monitor_async-*.tar.gz")
     with tarfile.open(archive) as tar:
         names = [m.name for m in tar.getmembers() if m.isfile()]
     # every member sits under the one top folder, monitor_async-<version>/
     return {name.split("/", 1)[1] for name in names}
+
+
+def test_the_wheel_carries_every_module_and_the_license(dist: Path) -> None:
+    (wheel,) = dist.glob("monitor_async-*.whl")
+    with zipfile.ZipFile(wheel) as zipped:
+        names = set(zipped.namelist())
+    modules = {m for m in _shipped("monitor_async") if m.endswith(".py") and not m.startswith("monitor_async/backends/")}
+    modules |= {"monitor_async/" + m for m in _shipped("backends") if m.endswith(".py")}
+    assert modules <= names, f"left out of the wheel (a package missing in pyproject.toml?): {sorted(modules - names)}"
+    assert "monitor_async/py.typed" in names
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
 
 
 def test_sdist_carries_the_tests_helpers_and_fixtures(sdist_files: set[str]) -> None:

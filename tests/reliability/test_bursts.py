@@ -20,8 +20,8 @@ from tests.reliability.faults import wait_until, wait_until_sync
 
 def _every_record_arrived(monitor: Monitor | SyncMonitor, sink: MemorySink) -> None:
     stats = monitor.stats()
-    assert stats["sink/memorysink/dropped"] == 0
-    assert stats["sink/memorysink/written"] == stats["records"] == len(sink.records)
+    assert stats["sink/memory/dropped"] == 0
+    assert stats["sink/memory/written"] == stats["records"] == len(sink.records)
 
 
 async def test_first_polls_of_more_watches_than_the_queue_holds_are_all_written() -> None:

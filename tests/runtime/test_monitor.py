@@ -202,7 +202,7 @@ async def test_stalled_sink_drops_oldest_and_polling_goes_on() -> None:
     stats = monitor.stats()
     assert stats["sink/slow/queued"] == 5
     assert stats["sink/slow/dropped"] >= 30
-    assert stats["sink/memorysink/dropped"] == 0
+    assert stats["sink/memory/dropped"] == 0
     stall.gate.set()
     await monitor.stop()
     frames = [r.metrics["c/frames"] for r in stall.records]
@@ -313,7 +313,7 @@ async def test_sink_labels_are_unique_and_close_sinks() -> None:
     a, b, c = MemorySink(), MemorySink(), MemorySink(name="mine")
     monitor = Monitor([a, b, c], close_sinks=True)
     stats = monitor.stats()
-    assert {"sink/memorysink/written", "sink/memorysink_1/written", "sink/mine/written"} <= set(stats)
+    assert {"sink/memory/written", "sink/memory_1/written", "sink/mine/written"} <= set(stats)
     monitor.watch(Counter(), name="c")
     await monitor.step()
     await monitor.stop()

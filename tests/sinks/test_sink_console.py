@@ -274,7 +274,7 @@ async def test_lines_go_through_tqdm_write_while_a_bar_is_open() -> None:
 async def test_writing_after_close_raises() -> None:
     sink = ConsoleSink(io.StringIO())
     await sink.close()
-    with pytest.raises(RuntimeError, match="'consolesink' is closed"):
+    with pytest.raises(RuntimeError, match="'console' is closed"):
         await sink.write([Record(name="rb", step=None, time=0.0, metrics={"rb/size": 3.0})])
 
 

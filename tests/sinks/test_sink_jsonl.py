@@ -100,16 +100,16 @@ async def test_a_directory_path_is_reported_through_on_error(
     monitor.watch(Collector(), name="collector")
     with caplog.at_level(logging.WARNING, logger="monitor_async"):
         await monitor.step()
-    assert monitor.stats()["sink/jsonlsink/errors"] == 1.0
+    assert monitor.stats()["sink/jsonl/errors"] == 1.0
     [warning] = [r.getMessage() for r in caplog.records if r.name == "monitor_async"]
-    assert "'jsonlsink'" in warning and "JSONLSink cannot append to" in warning and str(tmp_path) in warning
+    assert "'jsonl'" in warning and "JSONLSink cannot append to" in warning and str(tmp_path) in warning
 
 
 async def test_writing_after_close_raises(tmp_path: Path) -> None:
     sink = JSONLSink(tmp_path / "m.jsonl")
     async with sink:
         await sink.write([Record(name="t", step=None, time=1.0, metrics={"t/x": 1.0})])
-    with pytest.raises(RuntimeError, match="'jsonlsink' is closed"):
+    with pytest.raises(RuntimeError, match="'jsonl' is closed"):
         await sink.write([Record(name="t", step=None, time=2.0, metrics={"t/x": 2.0})])
     assert len(read(tmp_path / "m.jsonl")) == 1
 

@@ -112,7 +112,7 @@ async def test_a_batch_mlflow_refuses_is_an_error_naming_the_status_and_mlflows_
     with pytest.raises(DeliveryError, match=r"HTTP 404 RESOURCE_DOES_NOT_EXIST.*0123456789abcdef") as caught:
         await monitor.step()
     assert caught.value.status == 404 and not caught.value.retryable
-    assert monitor.stats()["sink/mlflowsink/rejected"] == 1
+    assert monitor.stats()["sink/mlflow/rejected"] == 1
     await sink.close()
 
 

@@ -112,5 +112,5 @@ async def test_errors_of_the_hosted_sink_come_back_with_their_type(ray_local: An
 
 async def test_a_sink_that_cannot_be_built_is_reported_by_name(ray_local: Any) -> None:
     sink = RaySink(JSONLSink, 42)  # JSONLSink raises TypeError for a non-path, inside the actor
-    with pytest.raises(RuntimeError, match=r"'ray_jsonlsink'.*JSONLSink: path must be"):
+    with pytest.raises(RuntimeError, match=r"'ray_jsonl'.*JSONLSink: path must be"):
         await sink.write([Record("w", None, 0.0, {"w/x": 1.0})])

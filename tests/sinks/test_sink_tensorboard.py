@@ -81,7 +81,7 @@ async def test_writing_after_close_raises(tmp_path: Path) -> None:
     sink = TensorBoardSink(tmp_path)
     async with sink:
         await sink.write([Record(name="t", step=3, time=1.0, metrics={"t/x": 1.0})])
-    with pytest.raises(RuntimeError, match="'tensorboardsink' is closed"):
+    with pytest.raises(RuntimeError, match="'tensorboard' is closed"):
         await sink.write([Record(name="t", step=4, time=2.0, metrics={"t/x": 2.0})])
     assert scalars(tmp_path)["t/x"] == [(3, 1.0, 1.0)]
 

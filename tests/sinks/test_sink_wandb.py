@@ -51,7 +51,7 @@ async def test_a_created_run_gets_one_axis_per_watch_and_is_finished(offline: Pa
     assert sink.run.summary["collector/frames"] == 300
     await monitor.stop(log_final=False)
     assert wandb.run is None, "the sink finishes the run it created"
-    assert monitor.stats()["sink/wandbsink/errors"] == 0.0
+    assert monitor.stats()["sink/wandb/errors"] == 0.0
 
     records = transaction_log(offline)
     metrics = [r["metric"] for r in records if r["type"] == "metric"]
@@ -89,7 +89,7 @@ async def test_writing_after_close_raises(offline: Path) -> None:
     sink = WandbSink(mode="offline", dir=str(offline))
     await sink.close()  # never opened: no run was created
     assert wandb.run is None
-    with pytest.raises(RuntimeError, match="'wandbsink' is closed"):
+    with pytest.raises(RuntimeError, match="'wandb' is closed"):
         await sink.write([])
 
 

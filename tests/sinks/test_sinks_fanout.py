@@ -72,7 +72,7 @@ async def test_one_monitor_writes_the_same_values_to_every_sink(tmp_path: Path, 
     await monitor.stop(log_final=False)
 
     stats = monitor.stats()
-    for label in ("csvsink", "jsonlsink", "tensorboardsink", "wandbsink", "consolesink", "memorysink"):
+    for label in ("csv", "jsonl", "tensorboard", "wandb", "console", "memory"):
         assert stats[f"sink/{label}/written"] == 8.0 and stats[f"sink/{label}/errors"] == 0.0
     for key in ("collector/frames", "rb/size", "collector/frames_per_second"):
         expected = memory.series(key)
