@@ -100,3 +100,22 @@ def test_docs_install_from_the_repository_until_an_index_serves_the_package() ->
         if from_index.search(line)
     ]
     assert not found, "install from a clone or the git URL instead:\n" + "\n".join(found)
+
+
+def test_a_module_needing_a_missing_extra_is_skipped_and_any_other_import_error_fails(tmp_path: Path) -> None:
+    shutil.copy(ROOT / "conftest.py", tmp_path / "conftest.py")
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nname = "p"\nversion = "0"\n[project.optional-dependencies]\nfancy = ["fancy-exporter-xyz>=1"]\n'
+    )
+    (tmp_path / "test_fancy.py").write_text("import fancy_exporter_xyz\n\ndef test_x():\n    pass\n")
+    (tmp_path / "test_typo.py").write_text("import not_an_extra_xyz\n\ndef test_y():\n    pass\n")
+    (tmp_path / "test_plain.py").write_text("def test_z():\n    pass\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-rsE", "-p", "no:cacheprovider", str(tmp_path)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 2, done.stdout
+    assert "needs fancy_exporter_xyz" in done.stdout
+    errors = re.findall(r"^ERROR (\S+)", done.stdout, re.M)
+    assert [Path(e).name for e in errors] == ["test_typo.py"], done.stdout
+    assert "test_plain.py::test_z" in done.stdout
