@@ -71,7 +71,7 @@ def columns(entries: Iterable[Entry]) -> tuple[list[str], int]:
     return [metric for mine in found.values() for metric in mine], launches
 
 
-def write_wide(records: Iterable[Record] | Run, out: TextIO) -> int:
+def write_wide(records: Iterable[Record] | Run, out: TextIO, *, watches: set[str] | None = None) -> int:
     """Writes a run (or records) to ``out`` as a wide CSV; returns the number of rows.
 
     Columns: ``launch`` (only when a file holds more than one launch: 1, 2...),
@@ -86,6 +86,7 @@ def write_wide(records: Iterable[Record] | Run, out: TextIO) -> int:
     Args:
         records: the run, or its records in time order.
         out: a text stream opened with ``newline=""``.
+        watches: a set that receives the watch names written (for a summary line).
 
     Returns:
         How many rows were written (the header not counted).
@@ -117,4 +118,6 @@ def write_wide(records: Iterable[Record] | Run, out: TextIO) -> int:
     for row in wide_rows(entries()):
         writer.writerow({k: repr(v) if isinstance(v, float) else v for k, v in row.items()})
         rows += 1
+        if watches is not None:
+            watches.add(str(row["watch"]))
     return rows

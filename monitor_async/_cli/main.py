@@ -153,12 +153,10 @@ def _run(args: argparse.Namespace) -> int:
             rows = write_wide(run, sys.stdout)
         else:
             _writable(args.wide)
+            names: set[str] = set()
             with open(args.wide, "w", newline="", encoding="utf-8") as out:
-                rows = write_wide(run, out)
-            from .show import Summary
-
-            watches = len(Summary.of(run).watches)
-            print(f"wrote {args.wide}: {count(rows, 'row')} of {count(watches, 'watch')}")
+                rows = write_wide(run, out, watches=names)
+            print(f"wrote {args.wide}: {count(rows, 'row')} of {count(len(names), 'watch')}")
         return 0
     from .plot import plot_run
 
