@@ -32,6 +32,7 @@ import heapq
 import json
 import math
 import os
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -132,6 +133,23 @@ def _walk(root: Path, keep: Callable[[Path], bool]) -> list[Path]:
     return out
 
 
+def _holds_run(folder: Path) -> bool:
+    """Whether ``folder`` itself holds a run (its own files, not its subfolders')."""
+    try:
+        children = list(folder.iterdir())
+    except OSError:
+        return False
+    if (folder / "scalars").is_dir():
+        return True
+    for child in children:
+        try:
+            if _is_events(child) or _kind(child) is not None:
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def find_run_files(path: str | os.PathLike[str]) -> tuple[str, list[Path]]:
     """The format and the files of the run at ``path`` (a run's folder, or one of its files).
 
@@ -182,21 +200,17 @@ def find_run_files(path: str | os.PathLike[str]) -> tuple[str, list[Path]]:
         files = _walk(scalars, lambda p: p.suffix == ".csv")
         if files:
             return "torchrl", files
-    events = _walk(root, _is_events)
+    events = [f for f in _listdir(root) if _is_events(f) and f.is_file()]
     if events:
         return "tensorboard", events
+    below = sorted((d for d in _listdir(root) if d.is_dir() and _holds_run(d)), key=lambda d: d.stat().st_mtime)
+    if all(re.fullmatch(r"rank\d+", d.name) for d in below):  # one run's ranks (TensorBoardSink's rank<r>)
+        events = _walk(root, _is_events)
+        if events:
+            return "tensorboard", events
     for kind_ in (("jsonl", False), ("csv", False)):
         if kind_ in found:
             return kind_[0], found[kind_]
-    below = []
-    for d in _listdir(root):
-        if d.is_dir():
-            try:
-                find_run_files(d)
-            except (RunNotFoundError, OSError):
-                continue
-            below.append(d)
-    below.sort(key=lambda d: d.stat().st_mtime)
     hint = ""
     if below:
         names = ", ".join(str(d) for d in below[-3:])

@@ -190,6 +190,8 @@ def test_tensorboard_event_files_are_read(tmp_path: Path) -> None:
     assert "train  6 records · step 0 → 5" in out.stdout
     wide = tmp_path / "wide.csv"
     assert cli("export", str(tmp_path / "theirs"), "--wide", str(wide)).returncode == 0
+    out = cli("show", str(tmp_path))  # a folder of two runs is not read as one
+    assert out.returncode == 1 and "the folders below it that hold runs include" in out.stderr, out
     last = [r["train/loss"] for r in csv.DictReader(wide.open(newline=""))][-1]
     assert float(last) == pytest.approx(1 / 6, rel=1e-6), "float32 in the event file"
 
