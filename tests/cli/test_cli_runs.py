@@ -195,7 +195,8 @@ def test_show_while_another_process_appends(tmp_path: Path) -> None:
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 30
-        while not list(tmp_path.glob("*/metrics.csv")) and time.monotonic() < deadline:
+        # until the first rows are in (the demo opens its files a few seconds before it writes)
+        while not any(f.stat().st_size > 64 for f in tmp_path.glob("*/metrics.csv")) and time.monotonic() < deadline:
             time.sleep(0.1)
         (run_dir,) = tmp_path.iterdir()
         counts = []
