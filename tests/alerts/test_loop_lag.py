@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from monitor_async import Alert, Monitor
+from monitor_async import Alert, Monitor, SyncMonitor
 from monitor_async.backends import MemorySink
 from tests.alerts.support import Events, Moving
 
@@ -64,3 +64,26 @@ async def test_a_loop_that_runs_on_time_warns_nothing(caplog: pytest.LogCaptureF
             await asyncio.sleep(1.0)
     assert not [r for r in caplog.records if "blocked" in r.getMessage()]
     assert monitor.stats()["loop_lag_max"] < 0.5
+
+
+def test_a_sync_monitor_names_its_own_thread_when_a_stats_call_blocks_its_loop(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    blocking = {"left": 1}
+
+    def stats() -> dict[str, int]:
+        if blocking["left"]:
+            blocking["left"] -= 1
+            time.sleep(1.2)  # inline on the monitor's loop thread
+        return {"n": 1}
+
+    with caplog.at_level(logging.WARNING, logger="monitor_async"), SyncMonitor(
+        MemorySink(), poll_interval=0.05
+    ) as monitor:
+        monitor.watch(stats_fn=stats, name="blocking", offload="inline")
+        deadline = time.monotonic() + 10
+        while monitor.stats()["loop_lag_max"] < 1.0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    warned = [r.getMessage() for r in caplog.records if "was blocked for" in r.getMessage()]
+    assert len(warned) == 1 and "the monitor's event loop (its own thread)" in warned[0], warned
+    assert "offload='thread'" in warned[0]
