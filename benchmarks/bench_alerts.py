@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import math
+import statistics
 import time
 from typing import Any
 
@@ -175,20 +176,26 @@ async def _scale(targets: list[Tiny], interval: float, warmup: float, seconds: f
     return wall0, wall1, cpu0, cpu1, stats
 
 
-def _cost(targets: int, interval: float, warmup: float, seconds: float, tolerance: float) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for rules in (False, True):
-        watched = [Tiny() for _ in range(targets)]
-        wall0, wall1, cpu0, cpu1, stats = asyncio.run(_scale(watched, interval, warmup, seconds, rules))
-        kept = slots = 0
-        for target in watched:
-            hit, n = _on_time(target.times, wall0, wall1, interval, tolerance)
-            kept += hit
-            slots += n
-        out[rules] = {"share": (cpu1 - cpu0) / (wall1 - wall0), "on_time": kept / slots if slots else 0.0,
-                      "stats": stats}
-        del watched
-        gc.collect()
+def _cost(
+    targets: int, interval: float, warmup: float, seconds: float, tolerance: float, rounds: int
+) -> list[dict[bool, dict[str, Any]]]:
+    """``rounds`` rounds, each without then with rules: the machine's drift between rounds hits both sides."""
+    out: list[dict[bool, dict[str, Any]]] = []
+    for _ in range(rounds):
+        pair: dict[bool, dict[str, Any]] = {}
+        for rules in (False, True):
+            watched = [Tiny() for _ in range(targets)]
+            wall0, wall1, cpu0, cpu1, stats = asyncio.run(_scale(watched, interval, warmup, seconds, rules))
+            kept = slots = 0
+            for target in watched:
+                hit, n = _on_time(target.times, wall0, wall1, interval, tolerance)
+                kept += hit
+                slots += n
+            pair[rules] = {"share": (cpu1 - cpu0) / (wall1 - wall0), "on_time": kept / slots if slots else 0.0,
+                           "stats": stats}
+            del watched
+            gc.collect()
+        out.append(pair)
     return out
 
 
@@ -204,16 +211,23 @@ def run(
     warmup: float = 3.0,
     seconds: float = 15.0,
     tolerance: float = 0.05,
+    rounds: int = 3,
 ) -> list[Row]:
     """Detection latency (worst of ``trials``), false alarms over ``intervals`` intervals, and the rules' CPU cost."""
     worst = asyncio.run(_detect(trials, interval, after))
     healthy, stopped = asyncio.run(_false_alarms(intervals, quiet_interval, quiet_after))
-    cost = _cost(targets, interval=1.0, warmup=warmup, seconds=seconds, tolerance=tolerance)
+    cost = _cost(targets, interval=1.0, warmup=warmup, seconds=seconds, tolerance=tolerance, rounds=rounds)
     bound = after + 2 * interval
     detection = f"8. alerts: detection, {trials} trials each, after={after:g} s, poll every {interval:g} s"
     alarms = f"8. alerts: false alarms over {intervals:,} intervals of {quiet_interval * 1000:g} ms"
     scale = f"8. alerts: {targets:,} targets at 1 Hz with Alert.defaults()"
-    plain, ruled = cost[False], cost[True]
+    ratios = sorted(pair[True]["share"] / pair[False]["share"] for pair in cost if pair[False]["share"] > 0)
+    plain = {"share": statistics.median(p[False]["share"] for p in cost),
+             "on_time": min(p[False]["on_time"] for p in cost)}
+    ruled = {"share": statistics.median(p[True]["share"] for p in cost),
+             "on_time": min(p[True]["on_time"] for p in cost),
+             "dropped": max(p[True]["stats"]["sink/noop/dropped"] for p in cost),
+             "fired": sum(p[True]["stats"]["alerts_fired"] for p in cost)}
     return [
         Row(detection, "worst latency, a counter that stops (stalled)", worst["stalled"], unit="s",
             goal=("max", bound), note=f"from the last increase to the event; bound after + 2 * interval = {bound:g} s"),
@@ -228,16 +242,17 @@ def run(
             "Alert.defaults(); the slow counter moves once per after/2"),
         Row(alarms, "events: a monitor stopped and started again mid-run", stopped, unit="records", goal=("max", 0),
             note=f"three runs, each followed by {2 * quiet_after:g} s stopped (longer than after)"),
-        Row(scale, "process CPU share with rules over without", ruled["share"], unit="share", goal=("floor", 1.15),
-            floor=plain["share"], note=(
-                f"{seconds:g} s window after {warmup:g} s warm-up, measured as scenario 7; without rules "
-                f"{plain['share']:.3f}, with {ruled['share']:.3f} ({ruled['share'] / plain['share']:.2f}x)"
-                if plain["share"] > 0 else "no CPU counted"
+        Row(scale, "process CPU share with rules (over without: the median of per-round ratios)", ruled["share"],
+            unit="share", goal=("floor", 1.15), floor=plain["share"],
+            floor_ratio=statistics.median(ratios) if ratios else None, note=(
+                f"{rounds} rounds of a {seconds:g} s window after {warmup:g} s warm-up each, measured as "
+                f"scenario 7, without then with rules; medians without {plain['share']:.3f}, with "
+                f"{ruled['share']:.3f}; per-round ratios {', '.join(f'{r:.2f}' for r in ratios)}"
             )),
-        Row(scale, f"share of polls within {tolerance * 1000:g} ms of their slot, with rules", ruled["on_time"],
-            unit="share", goal=("min", 0.99), note=f"without rules {plain['on_time']:.4f}"),
-        Row(scale, "records dropped by a sink that keeps up, with rules", ruled["stats"]["sink/noop/dropped"],
-            unit="records", goal=("max", 0), note=f"alerts fired: {ruled['stats']['alerts_fired']:,.0f}"),
+        Row(scale, f"share of polls within {tolerance * 1000:g} ms of their slot, with rules (worst round)",
+            ruled["on_time"], unit="share", goal=("min", 0.99), note=f"without rules {plain['on_time']:.4f}"),
+        Row(scale, "records dropped by a sink that keeps up, with rules", ruled["dropped"],
+            unit="records", goal=("max", 0), note=f"alerts fired: {ruled['fired']:,.0f}"),
     ]
 
 

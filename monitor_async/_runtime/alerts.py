@@ -183,17 +183,15 @@ class QuietWatches:
         self.members: dict[str, Any] = {}  # name: its Watch (last_log_time: monotonic, or None)
         self.after: dict[str, float] = {}
         self.last: dict[str, float] = {}  # running time of the last success seen
-        self.seen: dict[str, float | None] = {}
         self.firing: dict[str, Quiet] = {}
 
     def join(self, name: str, watch: Any, after: float) -> None:
         self.members[name] = watch
         self.after[name] = after
         self.last[name] = self.engine.clock()
-        self.seen[name] = getattr(watch, "last_log_time", None)
 
     def leave(self, name: str) -> None:
-        for table in (self.members, self.after, self.last, self.seen):
+        for table in (self.members, self.after, self.last):
             table.pop(name, None)
         track = self.firing.pop(name, None)
         if track is not None:
@@ -207,22 +205,21 @@ class QuietWatches:
                 track.update({}, now)
 
     def sync(self) -> None:
-        """Reads each watch's last logged snapshot (monotonic) into running time."""
-        offset = self.engine.offset
-        seen, last = self.seen, self.last
-        for name, watch in self.members.items():
-            at = watch.last_log_time
-            if at is not None and at != seen[name]:
-                seen[name] = at
-                at -= offset
-                if at > last[name]:
-                    self.saw(name, at)
+        """Reads each watch's last logged snapshot (monotonic) into running time (before the clock stops)."""
+        self.check(None)
 
-    def check(self, now: float) -> None:
-        self.sync()
+    def check(self, now: float | None) -> None:
+        """One pass over the watches: the last logged snapshot of each read, and those quiet too long fired."""
+        offset = self.engine.offset
         last, after, firing = self.last, self.after, self.firing
-        for name, since in last.items():
-            if now - since >= after[name] and name not in firing:
+        for name, watch in self.members.items():
+            since = last[name]
+            at = watch.last_log_time
+            if at is not None and at - offset > since:  # a snapshot before the last stop() maps earlier: ignored
+                since = last[name] = at - offset
+                if firing and name in firing:
+                    firing.pop(name).update({}, since)
+            if now is not None and now - since >= after[name] and name not in firing:
                 track = firing[name] = Quiet(self.engine, self.rule, name, self.engine.source, after[name])
                 track.last = since
                 track.check(now)
