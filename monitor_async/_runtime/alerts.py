@@ -40,8 +40,22 @@ def fnmatchcase(name: str, pattern: str) -> bool:
     """`fnmatch.fnmatchcase`, with each pattern compiled once (a crowd of watches is matched against few rules)."""
     match = _MATCHERS.get(pattern)
     if match is None:
-        match = _MATCHERS[pattern] = re.compile(translate(pattern)).match
-    return match(name) is not None
+        rest = pattern[1:]
+        if pattern == "*":
+            match = _MATCHERS[pattern] = _anything
+        elif pattern.startswith("*") and not _is_pattern(rest):  # "*/frames": a suffix, the common rule
+            match = _MATCHERS[pattern] = rest.__eq__ if not rest else functools.partial(_ends, rest)
+        else:
+            match = _MATCHERS[pattern] = re.compile(translate(pattern)).match
+    return bool(match(name))
+
+
+def _anything(name: str) -> bool:
+    return True
+
+
+def _ends(suffix: str, name: str) -> bool:
+    return name.endswith(suffix)
 
 
 is_pattern = functools.cache(_is_pattern)
@@ -574,7 +588,7 @@ class Engine:
     ) -> None:
         kind = rule.kind
         if kind == "quiet":
-            if name in self.watches and source == self.source:
+            if name in self.watches and (source is self.source or source == self.source):
                 return  # a watch of this process: its rule's QuietWatches reads it from the watch
             if fnmatchcase(name, rule.target) and (not rule.auto or name in self.watches):
                 after = rule.after if rule.after is not None else max(10 * self.watches.get(name, 0.0), 30.0)
