@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import math
 import re
 import threading
 import time
@@ -198,11 +199,13 @@ class QuietWatches:
         self.after: dict[str, float] = {}
         self.last: dict[str, float] = {}  # running time of the last success seen
         self.firing: dict[str, Quiet] = {}
+        self.due = math.inf  # the earliest time a watch could be quiet, as of the last full pass
 
     def join(self, name: str, watch: Any, after: float) -> None:
         self.members[name] = watch
         self.after[name] = after
-        self.last[name] = self.engine.clock()
+        self.last[name] = now = self.engine.clock()
+        self.due = min(self.due, now + after)
 
     def leave(self, name: str) -> None:
         for table in (self.members, self.after, self.last):
@@ -217,15 +220,26 @@ class QuietWatches:
             track = self.firing.pop(name, None)
             if track is not None:
                 track.update({}, now)
+                self.due = min(self.due, now + self.after[name])
 
     def sync(self) -> None:
         """Reads each watch's last logged snapshot (monotonic) into running time (before the clock stops)."""
         self.check(None)
 
     def check(self, now: float | None) -> None:
-        """One pass over the watches: the last logged snapshot of each read, and those quiet too long fired."""
+        """The timer's look: a full pass only once the earliest watch could be quiet, else the firing ones.
+
+        A full pass reads each watch's last logged snapshot, fires those quiet
+        too long, and notes the earliest time another could be (``due``):
+        healthy watches cost one pass per ``after`` seconds, not one per look.
+        """
+        if now is not None and now < self.due:
+            if self.firing:
+                self._firing_pass()
+            return
         offset = self.engine.offset
         last, after, firing = self.last, self.after, self.firing
+        due = math.inf
         for name, watch in self.members.items():
             since = last[name]
             at = watch.last_log_time
@@ -233,10 +247,25 @@ class QuietWatches:
                 since = last[name] = at - offset
                 if firing and name in firing:
                     firing.pop(name).update({}, since)
-            if now is not None and now - since >= after[name] and name not in firing:
+            if name in firing:
+                continue
+            deadline = since + after[name]
+            if now is not None and now >= deadline:
                 track = firing[name] = Quiet(self.engine, self.rule, name, self.engine.source, after[name])
                 track.last = since
                 track.check(now)
+            elif deadline < due:
+                due = deadline
+        self.due = due
+
+    def _firing_pass(self) -> None:
+        offset = self.engine.offset
+        for name in list(self.firing):
+            at = self.members[name].last_log_time
+            if at is not None and at - offset > self.last[name]:
+                self.last[name] = at - offset
+                self.firing.pop(name).update({}, at - offset)
+                self.due = min(self.due, at - offset + self.after[name])
 
 
 class Threshold(Track):
