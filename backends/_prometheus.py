@@ -31,6 +31,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from monitor_async._core import AlertEvent, BaseSink, Ranks, Record, check_ranks
 
+from ._alerts import episode
 from ._text import escape
 
 try:
@@ -86,10 +87,6 @@ def _text(value: Any) -> str:
     text = str(value)
     return escape(text) or text
 
-
-def _alert_key(event: AlertEvent) -> tuple[Any, ...]:
-    """What one alert episode is about: its rule, watch, metric and source."""
-    return (event.rule, event.watch, event.metric, tuple(sorted((str(k), str(v)) for k, v in event.source.items())))
 
 
 def health(firing: Iterable[AlertEvent]) -> tuple[int, bytes]:
@@ -429,7 +426,7 @@ class PrometheusSink(BaseSink):
             SinkClosedError: the sink is closed.
         """
         await self.open()  # idempotent (the server starts); raises SinkClosedError once closed
-        key = _alert_key(event)
+        key = episode(event)
         collector = self._collector
         with collector.lock:
             if event.state == "firing":

@@ -33,6 +33,8 @@ from monitor_async._core import AlertEvent, Record
 from monitor_async._core.names import split_rates
 from monitor_async._core.text import age, count, eng
 
+from ._alerts import episode
+
 __all__ = [
     "WIDE", "WIDER", "WatchTable", "age", "alert_line", "count", "eng", "is_monitor", "monitor_items", "short",
     "split_rates",
@@ -134,11 +136,6 @@ def alert_line(event: AlertEvent) -> str:
     return text.replace("\n", "\\n")
 
 
-def _alert_key(event: AlertEvent) -> tuple[Any, ...]:
-    """What one alert episode is about: its rule, watch, metric and source."""
-    return (event.rule, event.watch, event.metric, tuple(sorted((str(k), str(v)) for k, v in event.source.items())))
-
-
 def _wrap(items: Sequence[str], width: int, sep: str = "  ") -> list[list[str]]:
     """``items`` in lines of at most ``width`` characters, ``sep`` apart; an item is never split (a long one is cut)."""
     lines: list[list[str]] = []
@@ -236,7 +233,7 @@ class WatchTable:
         Args:
             event: the alert event; its rule, watch, metric and source name the episode.
         """
-        key = _alert_key(event)
+        key = episode(event)
         with self._lock:
             if event.state == "firing":
                 self._alerts[key] = event

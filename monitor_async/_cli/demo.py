@@ -300,8 +300,9 @@ async def run_demo(seconds: float, logdir: Path, console: bool, stall: bool = Fa
     interrupted = False
     try:
         # opened before the monitor starts: importing tensorboardX and rich holds the GIL for a moment,
-        # which the blocked-loop rule would otherwise see as the loop stalling
-        for sink in sinks:
+        # which the blocked-loop rule would otherwise see as the loop stalling (the files still
+        # appear at their first record)
+        for sink in sinks[2:]:
             await sink.open()
         async with system.running(), monitor:
             await asyncio.sleep(seconds)

@@ -116,7 +116,7 @@ class Alert:
 
     ``metric`` and ``watch`` may be ``fnmatch`` patterns (``"*/frames"``,
     ``"fleet_*"``): such a rule tracks each matching watch (and source) on
-    its own. How rules are evaluated: docs/alerts-rules.md.
+    its own. How rules are evaluated: docs/alerts.md.
 
     Raises:
         ConfigError: a negative ``after``, an unknown severity, a bad name or

@@ -130,7 +130,7 @@ class Monitor:
         alerts: alert rules ([`Alert`][monitor_async.Alert], e.g.
             `Alert.defaults()`), evaluated on the monitor's loop; their events
             go to the `monitor_async` logger, to `notify` and to every sink
-            with an `alert()` method. See docs/alerts-rules.md.
+            with an `alert()` method. See docs/alerts.md.
         notify: callables `fn(event)` (sync or `async def`) called with
             every [`AlertEvent`][monitor_async.AlertEvent], off the poll path.
         notify_timeout: seconds a notifier call may take before it counts

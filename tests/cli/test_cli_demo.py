@@ -184,5 +184,8 @@ def test_demo_stall_without_a_console_names_the_alert_in_its_closing_lines(tmp_p
     assert out.returncode == 0, out.stderr
     assert FIRED.search(out.stdout)
     assert "collector/frames has not increased" in out.stderr, "and the monitor_async logger warned"
-    _check_run(next(tmp_path.iterdir()))
+    run_dir = next(tmp_path.iterdir())
+    _check_run(run_dir)
+    events = [json.loads(line)["alert"] for line in (run_dir / "metrics.jsonl").open() if '"alert"' in line]
+    assert {(e["rule"], e["state"]) for e in events} >= {("stalled collector/frames", "firing")}
 
