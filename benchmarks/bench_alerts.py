@@ -212,15 +212,19 @@ def run(
     seconds: float = 15.0,
     tolerance: float = 0.05,
     rounds: int = 3,
+    baseline: bool = True,
 ) -> list[Row]:
-    """Detection latency (worst of ``trials``), false alarms over ``intervals`` intervals, and the rules' CPU cost."""
+    """Detection latency (worst of ``trials``), false alarms over ``intervals`` intervals, and the rules' CPU cost.
+
+    No peer watches for stalls, so ``baseline`` (the suite's TorchRL switch) changes nothing here.
+    """
     worst = asyncio.run(_detect(trials, interval, after))
     healthy, stopped = asyncio.run(_false_alarms(intervals, quiet_interval, quiet_after))
     cost = _cost(targets, interval=1.0, warmup=warmup, seconds=seconds, tolerance=tolerance, rounds=rounds)
     bound = after + 2 * interval
-    detection = f"8. alerts: detection, {trials} trials each, after={after:g} s, poll every {interval:g} s"
-    alarms = f"8. alerts: false alarms over {intervals:,} intervals of {quiet_interval * 1000:g} ms"
-    scale = f"8. alerts: {targets:,} targets at 1 Hz with Alert.defaults()"
+    detection = f"14. alerts: detection, {trials} trials each, after={after:g} s, poll every {interval:g} s"
+    alarms = f"14. alerts: false alarms over {intervals:,} intervals of {quiet_interval * 1000:g} ms"
+    scale = f"14. alerts: {targets:,} targets at 1 Hz with Alert.defaults()"
     ratios = sorted(pair[True]["share"] / pair[False]["share"] for pair in cost if pair[False]["share"] > 0)
     plain = {"share": statistics.median(p[False]["share"] for p in cost),
              "on_time": min(p[False]["on_time"] for p in cost)}
