@@ -100,6 +100,11 @@ class Receiver:
         self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self._thread.start()
 
+    def ensure_started(self) -> None:
+        """Starts the server again when a test stopped it (to play a tracker that is down)."""
+        if self._server is None:
+            self.start()
+
     def stop(self) -> None:
         """Closes the listening socket: new connections are refused until :meth:`start`."""
         server, self._server = self._server, None

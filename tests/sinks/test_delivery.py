@@ -35,23 +35,14 @@ ROOT = Path(__file__).resolve().parents[2]
 FAST = Backoff(first=0.05, cap=0.2)
 
 
-@pytest.fixture(scope="module")
-def receiver() -> Iterator[Receiver]:
-    server = Receiver()
-    yield server
-    server.stop()
-
-
 @pytest.fixture
 def server(receiver: Receiver) -> Iterator[Receiver]:
     """The module's receiver, emptied, answering 200 and accepting connections."""
-    if receiver._server is None:
-        receiver.start()
+    receiver.ensure_started()
     receiver.requests.clear()
     receiver.reply = lambda n, request: (200, {}, b"{}")
     yield receiver
-    if receiver._server is None:
-        receiver.start()
+    receiver.ensure_started()
 
 
 def record(step: int, name: str = "w") -> Record:

@@ -20,22 +20,13 @@ from tests.reliability.faults import wait_until, wait_until_sync
 FAST = Backoff(first=0.05, cap=0.2)
 
 
-@pytest.fixture(scope="module")
-def receiver() -> Iterator[Receiver]:
-    server = Receiver()
-    yield server
-    server.stop()
-
-
 @pytest.fixture
 def hook(receiver: Receiver) -> Iterator[Receiver]:
-    if receiver._server is None:
-        receiver.start()
+    receiver.ensure_started()
     receiver.requests.clear()
     receiver.reply = lambda n, request: (200, {"Content-Type": "text/plain"}, b"ok")
     yield receiver
-    if receiver._server is None:
-        receiver.start()
+    receiver.ensure_started()
 
 
 def event(watch: str = "collector", rule: str = "stalled */frames", state: str = "firing", **source: int) -> AlertEvent:
