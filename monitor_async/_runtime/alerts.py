@@ -587,13 +587,20 @@ class Engine:
             for track in entry[1]:
                 track.update(metrics, now)
 
-    def polled(self, name: str) -> None:
-        """A poll of ``name`` succeeded but logged nothing (its schedule): it is not quiet."""
+    def polled(self, name: str, metrics: Mapping[str, float] | None, source: Mapping[str, Any]) -> None:
+        """A poll of ``name`` succeeded but its schedule logged nothing: it is not quiet, and its values count."""
         if self.paused_at is not None:
             return
         now = self.clock()
         for group in self.quiet_groups.values():
             group.saw(name, now)
+        if metrics:
+            entry = self.bound.get(name)
+            if entry is None and name not in self.idle:
+                entry = self._bind(name, metrics, source)
+            if entry is not None:  # the trackers of its logged records: a schedule's skipped poll still moves them
+                for track in entry[1]:
+                    track.update(metrics, now)
 
     def _bind(self, name: str, metrics: Mapping[str, float], source: Mapping[str, Any], bound_as: str | None = None) -> tuple[
         int, list[Track]

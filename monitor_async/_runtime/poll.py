@@ -181,7 +181,8 @@ class Poller:
             if dropped:
                 alerts.rescan(watch.name, raw, watch.source)  # NaN and inf values: the slow path only
             if record is None:
-                alerts.polled(watch.name)
+                alerts.polled(watch.name, watch.unlogged, watch.source)
+                watch.unlogged = None
         if watch.caller.wants_thread:
             self.promote(watch)
         if record is not None:

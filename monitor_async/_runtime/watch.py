@@ -72,6 +72,7 @@ class Watch:
         "target",
         "timeout",
         "warned_key",
+        "unlogged",
         # where the watch stands in background polling (see timers): its k-th slot is origin + k * interval
         "due",
         "origin",
@@ -136,6 +137,7 @@ class Watch:
         self.last_step: int | None = None  # the step of the last record logged
         self.failing = False
         self.capped = False
+        self.unlogged: dict[str, float] | None = None  # the values of the last poll the schedule did not log
         # no schedule, no rate named like a counter, snapshot() not overridden: the fast read may take the poll
         self.plain = schedule is None and not self.rates_overlap and type(self).snapshot is Watch.snapshot
         self.origin = 0.0
@@ -166,6 +168,7 @@ class Watch:
             if since is None:
                 self.baseline = self._counters(metrics)
                 self.baseline_time = now
+            self.unlogged = metrics
             return None, dropped
         step = None if self.step_key is None else self._step(metrics)
         if force and step is not None and step == self.last_step and self.has_logged:

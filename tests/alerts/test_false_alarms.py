@@ -6,7 +6,7 @@ import asyncio
 import time
 from typing import Any
 
-from monitor_async import Alert, Monitor
+from monitor_async import Alert, Every, Monitor
 from monitor_async.backends import MemorySink
 from tests.alerts.support import Events, Moving, until
 
@@ -83,3 +83,20 @@ async def test_a_monitor_stopped_mid_run_raises_nothing_then_or_when_it_starts_a
     await asyncio.sleep(0.2)
     await monitor.stop()
     assert events == [], events.states()
+
+
+async def test_a_scheduled_watch_that_keeps_moving_between_its_logged_records_does_not_stall() -> None:
+    """`schedule=Every.seconds(...)` logs rarely, but every poll reads the counter: it is moving, not stalled."""
+    events = Events()
+    moving, stopping = Moving(), Moving()
+    monitor = Monitor(MemorySink(), poll_interval=INTERVAL, notify=events, alerts=[
+        Alert.stalled("*/frames", after=AFTER),
+    ])
+    monitor.watch(moving, name="moving", schedule=Every.seconds(60.0))
+    monitor.watch(stopping, name="stopping", schedule=Every.seconds(60.0))
+    async with monitor:
+        await until(lambda: monitor.stats()["polls"] >= 20)
+        stopping.running = False
+        await until(lambda: any(e.watch == "stopping" for e in events), timeout=30, what="the real stall")
+        await until(lambda: monitor.stats()["polls"] >= 2 * INTERVALS, timeout=60)
+    assert [(e.watch, e.state) for e in events] == [("stopping", "firing")], events.states()
