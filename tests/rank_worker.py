@@ -7,6 +7,10 @@ per rank and a main-rank TensorBoard folder, says it is ready (``OUT/ready<rank>
 runs until ``OUT/stop`` exists, stops the monitor, writes the times of its
 learner's ``stats()`` calls to ``OUT/times<rank>.json`` and exits 0. It never
 calls a collective after joining.
+
+With a third argument ``AFTER`` the learner's ``frames`` grows at each poll
+until ``OUT/stall<rank>`` exists, and the monitor runs ``Alert.stalled`` and
+``Alert.quiet`` rules on the reduced watch, their events going to the JSONL file.
 """
 
 from __future__ import annotations
@@ -23,25 +27,30 @@ from pathlib import Path
 class Learner:
     """A fake learner: its figures depend on the rank, so reductions are checkable."""
 
-    def __init__(self, rank: int) -> None:
+    def __init__(self, rank: int, stall: Path | None = None) -> None:
         self.rank = rank
         self.times: list[float] = []
+        self.stall = stall
+        self.frames = 100.0 * (rank + 1)
 
     def stats(self) -> dict[str, float]:
         self.times.append(time.monotonic())
-        return {"loss": float(self.rank), "frames": 100.0 * (self.rank + 1), "step_time": 0.01 * (self.rank + 1)}
+        if self.stall is not None and not self.stall.exists():
+            self.frames += 1.0
+        return {"loss": float(self.rank), "frames": self.frames, "step_time": 0.01 * (self.rank + 1)}
 
 
-async def main(out: Path, interval: float) -> None:
-    from monitor_async import Monitor
+async def main(out: Path, interval: float, after: float | None) -> None:
+    from monitor_async import Alert, Monitor
     from monitor_async.backends import JSONLSink, TensorBoardSink
     from monitor_async.distributed import world
 
     me = world()
-    learner = Learner(me.rank)
+    learner = Learner(me.rank, None if after is None else out / f"stall{me.rank}")
+    rules = [] if after is None else [Alert.stalled("learner/frames", after=after), Alert.quiet("learner", after=after)]
     monitor = Monitor(
         [JSONLSink(out / "rank{rank}.jsonl"), TensorBoardSink(out / "tb")],
-        poll_interval=interval, batch_wait=0, close_sinks=True,
+        poll_interval=interval, batch_wait=0, close_sinks=True, alerts=rules,
     )
     monitor.watch(learner, name="learner", reduce={"loss": "mean", "frames": "sum", "step_time": "max"})
     await monitor.start()
@@ -60,4 +69,4 @@ if __name__ == "__main__":
     import torch.distributed as dist
 
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
-    asyncio.run(main(Path(sys.argv[1]), float(sys.argv[2])))
+    asyncio.run(main(Path(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]) if len(sys.argv) > 3 else None))

@@ -38,7 +38,7 @@ def _free_port() -> int:
 class Job:
     """``size`` rank processes of one gloo job, writing under ``out``."""
 
-    def __init__(self, out: Path, size: int) -> None:
+    def __init__(self, out: Path, size: int, *extra: str) -> None:
         self.out = out
         port = _free_port()
         self.procs: list[subprocess.Popen[bytes]] = []
@@ -49,7 +49,7 @@ class Job:
                 "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
             }
             self.procs.append(subprocess.Popen(
-                [sys.executable, str(WORKER), str(out), str(INTERVAL)], env=env,
+                [sys.executable, str(WORKER), str(out), str(INTERVAL), *extra], env=env,
                 stdout=(out / f"out{rank}.txt").open("wb"), stderr=subprocess.STDOUT,
             ))
 
@@ -70,7 +70,16 @@ class Job:
         path = self.out / f"rank{rank}.jsonl"
         if not path.exists():
             return []
-        return [json.loads(line) for line in path.read_text().splitlines()]
+        lines = [json.loads(line) for line in path.read_text().splitlines()]
+        return [line for line in lines if "name" in line]
+
+    def alerts(self, rank: int) -> list[dict[str, Any]]:
+        """The alert events in rank ``rank``'s JSONL file."""
+        path = self.out / f"rank{rank}.jsonl"
+        if not path.exists():
+            return []
+        lines = [json.loads(line) for line in path.read_text().splitlines()]
+        return [line["alert"] for line in lines if "alert" in line]
 
     def reduced(self) -> list[dict[str, float]]:
         return [r["metrics"] for r in self.records(0) if r["name"] == "learner/all"]
@@ -96,11 +105,11 @@ class Job:
 
 
 @pytest.fixture
-def job(tmp_path: Path) -> Iterator[Callable[[int], Job]]:
+def job(tmp_path: Path) -> Iterator[Callable[..., Job]]:
     jobs: list[Job] = []
 
-    def start(size: int) -> Job:
-        jobs.append(Job(tmp_path, size))
+    def start(size: int, *extra: str) -> Job:
+        jobs.append(Job(tmp_path, size, *extra))
         return jobs[-1]
 
     yield start
@@ -198,3 +207,35 @@ def test_the_store_host_frozen_and_killed_delays_no_other_rank(job: Callable[[in
     _kept_cadence(data["times"], frozen_at, ended_at, frozen=1.5)
     assert data["stop_seconds"] < 10
     assert len(two.records(1)) >= 0.9 * (ended_at - frozen_at) / INTERVAL, "rank 1 stopped writing"
+
+
+def test_the_main_rank_reports_a_stalled_rank_then_a_killed_one_naming_each_rank(
+    job: Callable[..., Job], tmp_path: Path,
+) -> None:
+    """Alert rules on a reduce= watch: evaluated on rank 0 from the board, with no collective, events naming the rank."""
+    after = 1.0
+    three = job(3, str(after))
+    three.ready()
+    three.wait_for("a reduction over three ranks", lambda: any(m["learner/all/ranks"] == 3 for m in three.reduced()))
+    stalled_at = time.time()
+    (tmp_path / "stall1").write_text("")
+
+    def fired(rule: str) -> list[dict[str, Any]]:
+        return [e for e in three.alerts(0) if e["rule"] == rule and e["state"] == "firing"]
+
+    three.wait_for("rank 1's stall on rank 0", lambda: bool(fired("stalled learner/frames")))
+    stall = fired("stalled learner/frames")[0]
+    assert stall["source"]["rank"] == 1 and stall["watch"] == "learner" and stall["metric"] == "learner/frames"
+    assert "on rank 1" in stall["message"]
+    # the last increase may land up to a poll after the file appears; the board adds a publish interval
+    assert stall["time"] - stalled_at <= after + 2 * INTERVAL + 1.0, stall
+    killed_at = time.time()
+    three.procs[2].kill()
+    three.procs[2].wait()
+    three.wait_for("rank 2 quiet on rank 0", lambda: bool(fired("quiet learner")))
+    quiet = fired("quiet learner")[0]
+    assert quiet["source"]["rank"] == 2 and "rank 2" in quiet["message"]
+    assert quiet["time"] - killed_at <= after + 2 * INTERVAL + 1.0, quiet
+    three.stop([0, 1])
+    assert {e["source"]["rank"] for e in three.alerts(0)} <= {1, 2}, "rank 0 itself is fine"
+    assert three.alerts(1) == [] and three.alerts(2) == [], "other ranks leave a reduced watch's rules to rank 0"
