@@ -11,7 +11,7 @@ A *run* is a folder (or one file) holding one of these formats, looked for in th
 - a TorchRL ``CSVLogger`` folder: ``scalars/<key>.csv``, one ``step,value``
   line per value, no header and no wall time;
 - TensorBoard event files (``events.out.tfevents.*``, in the folder or below
-  it), read with tensorboard's event file loader.
+  it), read with the event protobufs of tensorboardX (no tensorboard needed).
 
 A file of the first two formats that holds no record yet never hides another
 format that holds some (an empty JSONL beside a full CSV: the CSV is read).
@@ -33,6 +33,7 @@ import json
 import math
 import os
 import re
+import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -87,6 +88,21 @@ def _head(path: Path) -> bytes:
             return f.read(4096)
     except OSError as exc:
         raise _unreadable(path, exc) from exc
+
+
+def _event_records(event: Any) -> list[Record]:
+    """The scalars of one TensorBoard ``Event``, one record per watch (the tag's first part)."""
+    by_watch: dict[str, dict[str, float]] = {}
+    for value in event.summary.value:
+        if value.WhichOneof("value") == "simple_value":
+            number = float(value.simple_value)
+        elif value.HasField("tensor") and value.tensor.float_val:
+            number = float(value.tensor.float_val[0])
+        else:
+            continue
+        if math.isfinite(number):
+            by_watch.setdefault(value.tag.split("/", 1)[0], {})[value.tag] = number
+    return [Record(name, int(event.step), float(event.wall_time), metrics) for name, metrics in by_watch.items()]
 
 
 def _is_events(path: Path) -> bool:
@@ -313,7 +329,7 @@ class Follower:
     _header_seen: bool = False
     _file: Any = None
     _identity: tuple[int, int] | None = None
-    _events: Any = None
+    _broken: bool = False
     _key: str = ""
 
     def __post_init__(self) -> None:
@@ -324,7 +340,7 @@ class Follower:
 
     def close(self) -> None:
         """Closes the open file (the next read opens it again)."""
-        file, self._file, self._events = self._file, None, None
+        file, self._file = self._file, None
         if file is not None:
             file.close()
 
@@ -333,7 +349,7 @@ class Follower:
 
     def _reset(self) -> None:
         self.offset, self._tail, self._row, self._held, self._header_seen = 0, b"", "", [], False
-        self.launch, self._events = 1, None
+        self.launch, self._broken = 1, False
 
     def _identity_now(self) -> tuple[int, int] | None:
         try:
@@ -451,34 +467,40 @@ class Follower:
         return out
 
     def _tensorboard(self, limit: int) -> list[Entry]:
-        if self._events is None:
-            try:
-                from tensorboard.backend.event_processing.event_file_loader import (  # type: ignore[import-untyped]
-                    LegacyEventFileLoader,
-                )
-            except ImportError as exc:
-                raise RunUnreadableError(
-                    f"cannot read {self.path}: reading TensorBoard event files needs tensorboard "
-                    "(pip install tensorboard)"
-                ) from exc
-            self._events = LegacyEventFileLoader(str(self.path))
+        # TensorBoard's framing (TFRecord: length, its masked CRC, the Event, the Event's CRC) parsed with
+        # the protobufs of tensorboardX, a core dependency: reading needs no tensorboard install
+        from tensorboardX.proto.event_pb2 import Event
+        from tensorboardX.record_writer import masked_crc32c
+
+        data = self._chunk(limit)
+        if not data:
+            return []
+        self.offset += len(data)
+        if self._broken:
+            return []
+        buf = self._tail + data
         out: list[Entry] = []
-        for event in self._events.Load():
-            by_watch: dict[str, dict[str, float]] = {}
-            for value in event.summary.value:
-                if value.WhichOneof("value") == "simple_value":
-                    number = float(value.simple_value)
-                elif value.HasField("tensor") and value.tensor.float_val:
-                    number = float(value.tensor.float_val[0])
-                else:
-                    continue
-                if math.isfinite(number):
-                    by_watch.setdefault(value.tag.split("/", 1)[0], {})[value.tag] = number
-            for name, metrics in by_watch.items():
-                out.append((self.launch, Record(name, int(event.step), float(event.wall_time), metrics)))
-            if len(out) * 64 >= limit:
+        at = 0
+        while len(buf) - at >= 12:
+            header = buf[at : at + 8]
+            if struct.unpack("<I", buf[at + 8 : at + 12])[0] != masked_crc32c(header):
+                self.skipped += 1  # a damaged length: the records after it cannot be found
+                self._broken = True
+                buf, at = b"", 0
                 break
-        self.offset += len(out)
+            length = struct.unpack("<Q", header)[0]
+            if len(buf) - at < 16 + length:
+                break  # a record still being written: the next read completes it
+            event = Event()
+            try:
+                event.ParseFromString(buf[at + 12 : at + 12 + length])
+            except Exception:  # noqa: BLE001 - protobuf's DecodeError: one damaged record
+                self.skipped += 1
+                event = None
+            at += 16 + length
+            if event is not None:
+                out += [(self.launch, record) for record in _event_records(event)]
+        self._tail = buf[at:]
         return out
 
     def _csv(self, text: str) -> list[Entry]:

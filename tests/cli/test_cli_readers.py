@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from monitor_async import AlertEvent, Monitor, Record
-from monitor_async._cli.runs import load_run
+from monitor_async._cli.runs import Follower, load_run
 from monitor_async._cli.show import describe
 from monitor_async._cli.tail import tail
 from monitor_async.backends import CSVSink, JSONLSink, TensorBoardSink
@@ -174,7 +174,6 @@ def test_a_torchrl_csvlogger_folder_is_read(tmp_path: Path) -> None:
 
 
 def test_tensorboard_event_files_are_read(tmp_path: Path) -> None:
-    pytest.importorskip("tensorboard")
     from tensorboardX import SummaryWriter
 
     asyncio.run(_write([TensorBoardSink(tmp_path / "ours")]))
@@ -194,6 +193,31 @@ def test_tensorboard_event_files_are_read(tmp_path: Path) -> None:
     assert out.returncode == 1 and "the folders below it that hold runs include" in out.stderr, out
     last = [r["train/loss"] for r in csv.DictReader(wide.open(newline=""))][-1]
     assert float(last) == pytest.approx(1 / 6, rel=1e-6), "float32 in the event file"
+
+
+def test_event_files_are_read_without_tensorboard_installed_and_a_torn_last_record_waits(tmp_path: Path) -> None:
+    """Only the core (tensorboardX) is needed; a record still being written is read once it is whole."""
+    from tensorboardX import SummaryWriter
+
+    writer = SummaryWriter(str(tmp_path))
+    for step in range(5):
+        writer.add_scalar("train/loss", 1.0 / (step + 1), step)
+    writer.close()
+    events = next(tmp_path.glob("events.out.tfevents.*"))
+    whole = events.read_bytes()
+    events.write_bytes(whole[:-7])  # the last record torn
+    code = (
+        "import sys; sys.modules['tensorboard'] = None\n"  # an import of tensorboard fails
+        "from monitor_async._cli.main import main\n"
+        f"raise SystemExit(main(['show', {str(tmp_path)!r}]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "train  4 records · step 0 → 3" in out.stdout, out.stdout
+    follower = Follower(events, "tensorboard")
+    assert [r.step for r in follower.read()] == [0, 1, 2, 3]
+    events.write_bytes(whole)
+    assert [r.step for r in follower.read()] == [4], "the torn record, once whole"
 
 
 # ------------------------------------------------------------------------------------------ launches
