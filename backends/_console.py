@@ -148,7 +148,7 @@ class ConsoleSink(ThreadedSink):
         if not (isinstance(refresh, (int, float)) and refresh > 0):
             raise ValueError(f"ConsoleSink: refresh must be a strictly positive number of seconds, got {refresh!r}")
         if live and importlib.util.find_spec("rich") is None:
-            raise ImportError("ConsoleSink(live=True) needs rich: pip install 'monitor-async[console]'")
+            raise ImportError("ConsoleSink(live=True) needs rich: pip install rich (or the extra: monitor-async[console])")
         self.stream = stream
         self.min_interval = float(min_interval)
         self.refresh = float(refresh)

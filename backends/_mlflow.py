@@ -31,7 +31,7 @@ try:
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 except ImportError as exc:  # pragma: no cover - depends on the install
-    raise ImportError("MLflowSink needs MLflow's client: pip install 'monitor-async[mlflow]'") from exc
+    raise ImportError("MLflowSink needs MLflow's client: pip install mlflow-skinny (or the extra: monitor-async[mlflow])") from exc
 
 __all__ = ["MAX_METRICS_PER_BATCH", "MLflowSink", "mlflow_key"]
 

@@ -39,7 +39,7 @@ try:
     from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 except ImportError as exc:  # pragma: no cover - depends on the install
     raise ImportError(
-        "OTLPSink needs the OpenTelemetry SDK and its OTLP/HTTP exporter: pip install 'monitor-async[otlp]'"
+        "OTLPSink needs the OpenTelemetry SDK and its OTLP/HTTP exporter: pip install opentelemetry-sdk opentelemetry-exporter-otlp-proto-http (or the extra: monitor-async[otlp])"
     ) from exc
 
 __all__ = ["OTLPSink"]

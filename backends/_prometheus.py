@@ -39,7 +39,7 @@ try:
     from prometheus_client.core import GaugeMetricFamily
 except ImportError as exc:  # pragma: no cover - depends on the install
     raise ImportError(
-        "PrometheusSink needs prometheus_client: pip install 'monitor-async[prometheus]'"
+        "PrometheusSink needs prometheus_client: pip install prometheus-client (or the extra: monitor-async[prometheus])"
     ) from exc
 
 __all__ = ["PrometheusSink"]

@@ -18,7 +18,7 @@ try:
     import ray
     from ray.exceptions import ActorUnavailableError, RayActorError
 except ImportError as exc:  # pragma: no cover - depends on the install
-    raise ImportError("RaySink needs Ray: pip install 'monitor-async[ray]'") from exc
+    raise ImportError("RaySink needs Ray: pip install ray (or the extra: monitor-async[ray])") from exc
 
 __all__ = ["RaySink"]
 

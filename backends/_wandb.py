@@ -119,7 +119,7 @@ class WandbSink(ThreadedSink):
                 f"WandbSink: got a run and wandb.init arguments {sorted(init_kwargs)}; pass one or the other"
             )
         if run is None and importlib.util.find_spec("wandb") is None:
-            raise ImportError("WandbSink needs wandb: pip install 'monitor-async[wandb]'")
+            raise ImportError("WandbSink needs wandb: pip install wandb (or the extra: monitor-async[wandb])")
         self.run = run
         self.init_kwargs = init_kwargs
         self.name = name

@@ -15,7 +15,7 @@ try:
     from stable_baselines3.common.logger import KVWriter
 except ImportError as exc:  # pragma: no cover - depends on the install
     raise ImportError(
-        "monitor_async.integrations.sb3 needs stable-baselines3: pip install 'monitor-async[sb3]'"
+        "monitor_async.integrations.sb3 needs stable-baselines3: pip install stable-baselines3 (or the extra: monitor-async[sb3])"
     ) from exc
 
 __all__ = ["MonitorCallback", "MonitorWriter"]

@@ -170,7 +170,7 @@ def _wrapper_class() -> type:
         import gymnasium
     except ImportError as exc:  # pragma: no cover - depends on the install
         raise ImportError(
-            "EpisodeStats.wrap needs gymnasium: pip install 'monitor-async[gymnasium]'"
+            "EpisodeStats.wrap needs gymnasium: pip install gymnasium (or the extra: monitor-async[gymnasium])"
         ) from exc
 
     class EpisodeStatsWrapper(gymnasium.Wrapper):  # type: ignore[type-arg, unused-ignore]

@@ -9,7 +9,7 @@ try:
     import psutil
 except ImportError as exc:  # pragma: no cover - depends on the install
     raise ImportError(
-        "monitor_async.targets.SystemStats needs psutil: pip install 'monitor-async[system]'"
+        "monitor_async.targets.SystemStats needs psutil: pip install psutil (or the extra: monitor-async[system])"
     ) from exc
 
 __all__ = ["SystemStats"]
