@@ -36,89 +36,26 @@ def _quote(field: str) -> str:
 
 
 class CSVSink(LineSink):
-    """Appends one CSV row per value: ``time,name,step,metric,value``.
+    """Appends one CSV row per value: ``time,name,step,metric,value`` (and ``source``).
 
-    Guarantees:
-        - Long format: ``time`` is the poll's unix time, ``name`` the watch
-          name, ``step`` the record's step (empty when it has none),
-          ``metric`` the full key (``"<name>/<metric>"``), ``value`` the float
-          written with ``repr`` (reads back exactly).
-        - The header is written once: a new or empty file gets it, appending
-          to a file that starts with it adds none, and a file that starts with
-          anything else is refused with an error naming the path.
-        - Every batch is formatted as one block of whole rows and appended in
-          one locked, unbuffered write through aiofiles (never on the event
-          loop's thread), so when ``write`` returns the rows are in the OS.
-          The file holds only whole rows: a write that fails part way (a full
-          disk) is taken back, and part of a block left by a process killed
-          mid-write is cut away when the file is next opened. ``fsync=True``
-          also forces each batch to disk before ``write`` returns.
-        - Provenance: with ``source=True``, or by default where records come
-          from several processes (this process is one rank of several, or
-          the sink is hosted in a Ray actor by ``RaySink``), the header has a
-          sixth column ``source``: the record's source as ``key=value`` pairs
-          joined by ``;`` (``rank=1``, ``host=n1;pid=42;node=...``), empty
-          for a record without one; ``csv.reader`` and ``pandas.read_csv``
-          read it as one string. ``source=False`` keeps five columns.
-          ``{rank}`` in ``path`` is replaced by the process's rank;
-          ``ranks="main"`` keeps the sink off other ranks.
-        - Appending to a file that holds rows marks the new launch first with
-          one row named ``__launch__`` (metric ``__launch__/pid``, value the
-          process id): filter it out with ``df[df.name != "__launch__"]``.
-        - Names holding commas, quotes or line breaks are quoted the way
-          ``csv.reader`` reads them back. A key or watch name that UTF-8
-          cannot encode (a lone surrogate, ``"\\udcff"``) is written escaped
-          (``\\udcff`` as text) and counted in ``keys_escaped``
-          (``monitor.stats()["sink/<label>/keys_escaped"]``): it never fails
-          a batch. NUL is valid UTF-8 and ``csv.reader`` reads it back.
-        - Memory is bounded: the row templates and quoted names it caches
-          hold about ``cache_bytes`` (4 MiB) at most, then start afresh,
-          whatever the keys (one that changes at every poll included).
-        - A file deleted or moved away while written (log rotation) is
-          noticed at the next write and created again at ``path`` with the
-          header, with one warning, counted in ``recreated``.
-        - Nothing is dropped here: the monitor's per-sink queue decides that.
-          Parent folders are created on first write; constructing does no I/O.
-          One sink is used from one event loop (aiofiles binds the file to the
-          loop that opened it).
+    What it promises: [Sinks › Files](sinks.md#files-csvsink-and-jsonlsink).
 
     Args:
-        path: the CSV file (``str`` or ``os.PathLike``; anything else raises
-            ``TypeError``). Every ``{rank}`` in it is replaced by this
-            process's rank (0 outside a distributed job), so
-            ``"runs/metrics_{rank}.csv"`` gives each rank a file of its own.
-            Missing parent folders are created at the first write. An
-            existing file is appended to; one that starts with anything but
-            this sink's header raises ``ValueError`` naming the path when the
-            sink opens (``async with`` or the first write). A pipe or a
-            terminal (``"/dev/stdout"``) works too.
+        path: the CSV file (``str`` or ``os.PathLike``); every ``{rank}`` in it
+            becomes this process's rank. An existing file is appended to.
         fsync: ``False`` (default): each batch is in the OS when ``write``
-            returns, so it survives a crash of this process but not a power
-            cut. ``True``: each batch is also forced to disk (``os.fsync``)
-            before ``write`` returns, at the cost of one disk sync per batch.
-        name: the sink's label in ``Monitor.stats()``
-            (``sink/<label>/written``, ``sink/<label>/keys_escaped``...) and
-            in messages. ``None`` (default) or ``""``: the class name lowercased without
-            ``Sink``, ``"csv"``; a monitor makes a repeated label unique with
-            ``_1``, ``_2``...
-        ranks: ``"all"`` (default): every rank of a distributed job writes
-            its own records; a local file is cheap and each batch is one
-            locked append, so ranks can share one file (the ``source``
-            column tells them apart) or use ``{rank}`` in ``path`` for one
-            file each. ``"main"``: only the main rank (rank 0) writes; on
-            other ranks the monitor leaves the sink out and the file is never
-            opened. Anything else raises ``ConfigError``.
-        source: whether rows get a sixth column, ``source``. ``None``
-            (default): decided at construction, yes where records come from
-            several processes (this process is one rank of several, or the
-            sink is hosted in a Ray actor by ``RaySink``), else no. ``True``:
-            always; ``False``: never (five columns, the ranks' rows then look
-            alike). The header depends on it, so a file written with the
-            other choice is refused when the sink opens (``ValueError``).
+            returns; ``True``: also forced to disk.
+        name: the sink's label in ``Monitor.stats()`` and in messages;
+            ``None`` (default) or ``""``: ``"csv"``.
+        ranks: ``"all"`` (default): every rank writes; ``"main"``: only rank 0.
+        source: whether rows get a sixth column, ``source``: ``None``
+            (default) where records come from several processes, ``True``
+            always, ``False`` never.
 
     Raises:
         TypeError: ``path`` is not a ``str`` or ``os.PathLike``.
         ConfigError: ``ranks`` is neither ``"main"`` nor ``"all"``.
+        ValueError: when the sink opens, the file starts with another header.
 
     Examples:
         >>> import asyncio, csv, tempfile

@@ -17,62 +17,17 @@ __all__ = ["JSONLSink"]
 class JSONLSink(LineSink):
     """Appends one line per record: ``{"time", "name", "step", "metrics"}`` (and ``"source"``).
 
-    Guarantees:
-        - Each line is one JSON object: ``time`` (unix seconds of the poll),
-          ``name`` (watch name), ``step`` (int or ``null``) and ``metrics``
-          (``{"<name>/<metric>": float}``), plus ``source`` (the record's
-          provenance: ``{"rank": 1}``, a sender's host/pid/node) when it is
-          not empty. ``{rank}`` in ``path`` is replaced by the process's rank;
-          ``ranks="main"`` keeps the sink off other ranks. Line breaks inside names are
-          escaped by JSON, so every record is exactly one line.
-        - Every batch is formatted as one block of whole lines and appended in
-          one locked, unbuffered write through aiofiles (never on the event
-          loop's thread): when ``write`` returns the lines are in the OS. The
-          file holds only whole lines: a write that fails part way (a full
-          disk) is taken back, and part of a block left by a process killed
-          mid-write is cut away when the file is next opened. ``fsync=True``
-          also forces each batch to disk before ``write`` returns.
-        - Keys and names are escaped by JSON (``ensure_ascii``): NUL, line
-          breaks and lone surrogates (``"\\udcff"``, which UTF-8 cannot
-          encode) included, so no key ever fails a batch, and ``json.loads``
-          reads every key back exactly.
-        - A file deleted or moved away while written (log rotation) is
-          noticed at the next write and created again at ``path``, with one
-          warning, counted in ``recreated``. The watch names it caches hold
-          about ``cache_bytes`` at most.
-        - Appending to an existing file keeps what it holds, and marks the new
-          launch with a line ``{"launch": {"time", "pid", "host", "version"}}``
-          before the first record. Alert events given to `alert()` are lines
-          ``{"time", "alert": {...}}``. Parent folders are
-          created on first write; constructing does no I/O. One sink is used
-          from one event loop (aiofiles binds the file to the loop that opened
-          it).
+    What it promises: [Sinks › Files](sinks.md#files-csvsink-and-jsonlsink).
 
     Args:
-        path: the JSON Lines file (``str`` or ``os.PathLike``; anything else
-            raises ``TypeError``). Every ``{rank}`` in it is replaced by this
-            process's rank (0 outside a distributed job), so
-            ``"runs/metrics_{rank}.jsonl"`` gives each rank a file of its
-            own. Missing parent folders are created at the first write. An
-            existing file is appended to (it has no header to check); a last
-            line left incomplete by a killed process is cut away when the
-            sink opens. A pipe or a terminal (``"/dev/stdout"``) works too.
+        path: the JSON Lines file (``str`` or ``os.PathLike``); every
+            ``{rank}`` in it becomes this process's rank. An existing file is
+            appended to.
         fsync: ``False`` (default): each batch is in the OS when ``write``
-            returns, so it survives a crash of this process but not a power
-            cut. ``True``: each batch is also forced to disk (``os.fsync``)
-            before ``write`` returns, at the cost of one disk sync per batch.
-        name: the sink's label in ``Monitor.stats()``
-            (``sink/<label>/written``, ``sink/<label>/recreated``...) and in
-            messages. ``None`` (default) or ``""``: the class name lowercased without ``Sink``,
-            ``"jsonl"``; a monitor makes a repeated label unique with
-            ``_1``, ``_2``...
-        ranks: ``"all"`` (default): every rank of a distributed job writes
-            its own records; a local file is cheap and each batch is one
-            locked append, so ranks can share one file (each line's
-            ``source`` tells them apart) or use ``{rank}`` in ``path`` for
-            one file each. ``"main"``: only the main rank (rank 0) writes; on
-            other ranks the monitor leaves the sink out and the file is never
-            opened. Anything else raises ``ConfigError``.
+            returns; ``True``: also forced to disk.
+        name: the sink's label in ``Monitor.stats()`` and in messages;
+            ``None`` (default) or ``""``: ``"jsonl"``.
+        ranks: ``"all"`` (default): every rank writes; ``"main"``: only rank 0.
 
     Raises:
         TypeError: ``path`` is not a ``str`` or ``os.PathLike``.

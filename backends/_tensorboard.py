@@ -20,70 +20,26 @@ _files = itertools.count()
 class TensorBoardSink(ThreadedSink):
     """Writes every value as a TensorBoard scalar, in an event file of its own under ``log_dir``.
 
-    Guarantees:
-        - Tag = the metric key (``"<name>/<metric>"``, kept exactly, so
-          TensorBoard groups each watch's charts under its name);
-          ``global_step`` = the record's step, or when it has none the
-          record's index within its watch (0, 1, 2, ... per watch name);
-          ``walltime`` = the poll's unix time.
-        - One event per record (all its values in one summary), in record
-          order, written with tensorboardX's event-file writer on this sink's
-          own worker thread, one call at a time, never on the event loop.
-          Constructing the sink does no I/O.
-        - ``flush()`` returns once every event written so far is in the file
-          and synced to disk: TensorBoard shows it on its next reload. While
-          records keep coming, the file is also flushed every ``flush_secs``.
-          ``close()`` flushes and closes the file.
-        - A key that UTF-8 cannot encode (a lone surrogate, ``"\\udcff"``)
-          becomes a tag with the escape as text (``\\udcff``), counted in
-          ``keys_escaped``; every other value of the record is written as
-          usual, so such a key never fails a batch. NUL and every other
-          character are valid in a tag and kept exactly.
-        - Each sink writes its own file (``events.out.tfevents.<time>.<host>
-          .<pid>.<n><filename_suffix>``), so sinks sharing a folder, or a
-          sink reopened on it, never overwrite each other.
-        - Ranks: by default (``ranks="main"``) only the main rank of a
-          distributed job opens and writes the sink; other ranks never
-          touch ``log_dir``. With ``ranks="all"`` each rank writes under
-          ``log_dir/rank<r>`` (a run of its own in TensorBoard), unless
-          ``log_dir`` holds ``{rank}``, which is then replaced.
+    What it promises: [Sinks › TensorBoard](sinks.md#tensorboard-tensorboardsink).
 
     Args:
         log_dir: the folder of the event files, the one to give
-            ``tensorboard --logdir`` (``str`` or ``os.PathLike``; anything
-            else raises ``TypeError``). Created, with its parents, when the
-            sink opens (``async with`` or the first write, on the sink's
-            thread); one that cannot be raises ``OSError`` naming it then.
-            Every ``{rank}`` in it is replaced by this process's rank; with
-            ``ranks="all"`` in a job of several ranks and no ``{rank}``, each
-            rank writes under ``log_dir/rank<r>``.
-        flush_secs: seconds between two flushes of the event file while
-            records keep coming (default 10.0): at a write, the file is
-            flushed when at least that long has passed since the last flush,
-            so an idle sink waits for ``flush()`` or ``close()``. Smaller
-            shows new points in TensorBoard sooner, at the cost of more
-            flushes. Must be a number > 0, else ``ValueError``.
-        filename_suffix: text appended to each event file's name, after
-            ``.<pid>.<n>`` (default ``""``), e.g. ``".train"`` to tell files
-            apart in a shared folder. TensorBoard reads the file whatever the
-            suffix.
-        name: the sink's label in ``Monitor.stats()``
-            (``sink/<label>/written``, ``sink/<label>/keys_escaped``...) and
-            in messages; not a TensorBoard run name (that is the folder).
-            ``None`` (default) or ``""``: the class name lowercased without ``Sink``,
-            ``"tensorboard"``; a monitor makes a repeated label unique
-            with ``_1``, ``_2``...
-        ranks: ``"main"`` (default): only the main rank (rank 0) of a
-            distributed job writes, so a job shows as one run instead of one
-            per rank, and other ranks never touch ``log_dir`` (the monitor
-            leaves the sink out there). ``"all"``: every rank writes, as a
-            run of its own (see ``log_dir``). Anything else raises
-            ``ConfigError``.
+            ``tensorboard --logdir`` (``str`` or ``os.PathLike``); every
+            ``{rank}`` in it becomes this process's rank.
+        flush_secs: seconds between two flushes while records keep coming
+            (default 10.0); a number > 0.
+        filename_suffix: text appended to each event file's name (default
+            ``""``), e.g. ``".train"``.
+        name: the sink's label in ``Monitor.stats()`` and in messages;
+            ``None`` (default) or ``""``: ``"tensorboard"``.
+        ranks: ``"main"`` (default): only rank 0 writes; ``"all"``: every
+            rank, as a run of its own under ``log_dir/rank<r>``.
 
     Raises:
         TypeError: ``log_dir`` is not a ``str`` or ``os.PathLike``.
         ValueError: ``flush_secs`` is not a number > 0.
         ConfigError: ``ranks`` is neither ``"main"`` nor ``"all"``.
+        OSError: when the sink opens, ``log_dir`` cannot be created.
 
     Examples:
         >>> import asyncio, tempfile

@@ -39,56 +39,18 @@ def alert_title(event: AlertEvent) -> str:
 class WandbSink(ThreadedSink):
     """Logs every record to a wandb run, each watch against its own step axis.
 
-    Guarantees:
-        - The run: ``run`` when given; else the active run (``wandb.run``)
-          when there is one; else ``wandb.init(**init_kwargs)`` at the first
-          write. ``close()`` finishes only a run this sink created.
-        - Each record is one ``run.log`` call holding its metrics
-          (``"<name>/<metric>"``) plus ``"<name>/step"``: the record's step, or
-          when it has none its index within its watch (0, 1, 2, ...). The
-          first record of a watch defines ``"<name>/step"`` as the x-axis of
-          ``"<name>/*"`` (``define_metric``), so watches with unrelated step
-          counters share a run. ``step=`` is never passed to ``log`` (wandb
-          drops out-of-order global steps).
-        - Every wandb call (``init``, ``define_metric``, ``log``, ``finish``)
-          runs on this sink's own worker thread, one at a time, in record
-          order, never on the event loop. Constructing the sink does no I/O
-          and does not import wandb. Works offline (``WANDB_MODE=offline``).
-        - Alerts (``alert(event)``, called by a monitor with rules): one
-          ``run.alert(title, text, level)`` per event, on the same worker
-          thread, in order with the records; ``level`` is ``WARN`` for a
-          firing ``warning``, ``ERROR`` for a firing ``critical``, ``INFO``
-          for a resolved event. The title holds the state, the rule and the
-          watch (``firing: stalled collector/frames``; under 64 characters),
-          the text the event's message. wandb sends one alert per title per
-          minute at most; offline, alerts land in the run's transaction log.
-        - Ranks: by default (``ranks="main"``) only the main rank of a
-          distributed job opens a run and logs; with ``ranks="all"`` every
-          rank logs to a run of its own (pass ``group=`` to see them together).
+    What it promises: [Sinks › wandb](sinks.md#wandb-wandbsink).
 
     Args:
-        run: the wandb run to log to (what ``wandb.init`` returned); the sink
-            never finishes it. ``None`` (default): at the first write, the
-            active run (``wandb.run``) if there is one, else a run the sink
-            creates with ``wandb.init(**init_kwargs)`` and finishes on
-            ``close()``. Giving both ``run`` and ``init_kwargs`` raises
-            ``ValueError``; ``None`` without wandb installed raises
-            ``ImportError``.
-        name: the sink's label in ``Monitor.stats()``
-            (``sink/<label>/written``...) and in messages, not the wandb run's
-            name (to name the run, pass a ``run`` made by
-            ``wandb.init(name=...)``). ``None`` (default) or ``""``: the
-            class name lowercased without ``Sink``, ``"wandb"``; a monitor makes a
-            repeated label unique with ``_1``, ``_2``...
-        ranks: ``"main"`` (default): only the main rank (rank 0) of a
-            distributed job logs, so a job is one run rather than one per
-            rank; on other ranks the monitor leaves the sink out and no run
-            is opened. ``"all"``: every rank logs, each to a run of its own.
-            Anything else raises ``ConfigError``.
+        run: the wandb run to log to; the sink never finishes it. ``None``
+            (default): the active run at the first write, else one the sink
+            creates with ``wandb.init(**init_kwargs)`` and finishes on ``close()``.
+        name: the sink's label in ``Monitor.stats()`` and in messages (not
+            the run's name); ``None`` (default) or ``""``: ``"wandb"``.
+        ranks: ``"main"`` (default): only rank 0 logs; ``"all"``: every rank,
+            each to a run of its own.
         **init_kwargs: keyword arguments of ``wandb.init`` (``project``,
-            ``dir``, ``group``, ``config``, ``mode``...), used only when the
-            sink creates the run: an active run found at the first write is
-            used as it is, and these are ignored.
+            ``dir``, ``group``, ``mode``...), used only when the sink creates the run.
 
     Raises:
         ValueError: both ``run`` and ``init_kwargs`` were given.
