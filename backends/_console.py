@@ -46,64 +46,21 @@ def _tqdm_bar_active() -> Any:
 class ConsoleSink(ThreadedSink):
     """Shows the latest metrics of every watch on the console.
 
-    Guarantees:
-        - Live mode (a terminal, rich installed, no tqdm bar open; or
-          ``live=True``): one table row per watch with its step, the age of
-          its latest record, and its latest values, a counter beside its rate
-          (``frames 300k (88.6k/s)``), redrawn every ``refresh`` seconds by
-          rich's refresh thread. The table fits the terminal (at 80x24 the
-          demo's five watches show with all their values); a monitor watching itself
-          is one summary line (polls, records, drops, errors, values left
-          out; a sink named only when it dropped records or failed); wider
-          terminals get a rates column, then clock time and record counts.
-          When rows do not fit, each is cut to fewer lines before watches
-          are left out, and those are named under the table.
-        - Line mode (anything else, or ``live=False``): one compact line per
-          record (numbers in engineering notation: ``frames/s=88.6k``; a
-          monitor watching itself as its summary line), at
-          most one line per watch every ``min_interval`` seconds;
-          records in between are skipped, and ``flush()`` (called by
-          ``monitor.stop()``) prints each watch's latest record not yet
-          shown. While a tqdm bar is open, lines go through ``tqdm.write`` so
-          bars stay intact.
-        - Alerts (``alert(event)``, called by a monitor with rules): in live
-          mode a firing alert is a line above the table until it resolves;
-          in line mode each event is one line at once, never throttled
-          (``12:03:04 ALERT warning: collector/frames has not increased for
-          62 s``, then ``12:05:10 resolved: ...``).
-        - Output happens on this sink's worker thread (and rich's refresh
-          thread), never on the event loop, so a slow terminal never stalls
-          polling. ``stream`` defaults to ``sys.stdout`` as it is at the first
-          write. Constructing does no I/O and does not import rich.
-        - Ranks: by default (``ranks="main"``) only the main rank of a
-          distributed job prints; ``ranks="all"`` prints on every rank.
+    A live table on a terminal with rich, else one compact line per record.
+    What it promises: [Sinks › The console](sinks.md#the-console-consolesink).
 
     Args:
-        stream: the text stream to write to. ``None`` (default):
-            ``sys.stdout`` as it is when the sink opens (``async with`` or the
-            first write), so a redirection made after the sink was built
-            (``contextlib.redirect_stdout``, a test's capture) is followed.
+        stream: the text stream to write to; ``None`` (default): ``sys.stdout``
+            as it is when the sink opens.
         min_interval: line mode: the fewest seconds between two lines of one
-            watch (default 1.0); records in between are skipped, and
-            ``flush()`` prints the latest one not yet shown. ``0``: a line
-            for every record. Must be a number >= 0, else ``ValueError``.
-        refresh: live mode: seconds between two redraws of the table
-            (default 0.5). Must be a number > 0, else ``ValueError``.
-        live: ``True`` forces the live table (``ImportError`` without rich),
-            ``False`` forces lines. ``None`` (default) picks the table when
-            ``stream`` is a terminal, rich is installed and no tqdm bar is
-            open, decided when the sink opens.
-        title: live mode: the table's title, before its watch count and
-            clock (default ``"monitor-async"``).
-        name: the sink's label in ``Monitor.stats()``
-            (``sink/<label>/written``...) and in messages. ``None`` (default)
-            or ``""``: the class name lowercased without ``Sink``, ``"console"``; a monitor
-            makes a repeated label unique with ``_1``, ``_2``...
-        ranks: ``"main"`` (default): only the main rank (rank 0) of a
-            distributed job prints, so the ranks' lines do not interleave on
-            a shared console; on other ranks the monitor leaves the sink out.
-            ``"all"``: every rank prints. Anything else raises
-            ``ConfigError``.
+            watch (default 1.0); a number >= 0.
+        refresh: live mode: seconds between two redraws (default 0.5); a number > 0.
+        live: ``True``: the live table (needs rich); ``False``: lines;
+            ``None`` (default): the table on a terminal with rich and no tqdm bar.
+        title: live mode: the table's title (default ``"monitor-async"``).
+        name: the sink's label in ``Monitor.stats()`` and in messages;
+            ``None`` (default) or ``""``: ``"console"``.
+        ranks: ``"main"`` (default): only rank 0 prints; ``"all"``: every rank.
 
     Attributes:
         table: the live table (a ``WatchTable``): the latest record of every

@@ -1,25 +1,9 @@
 """The console table: the latest record of every watch, laid out to fit the terminal it is drawn on.
 
 ``WatchTable`` is what ``ConsoleSink`` shows in live mode and what
-``monitor-async tail`` shows for a run on disk. It lays itself out for the
-width and height rich gives it at each redraw:
-
-- every number in engineering notation (``eng``: ``88.6k``, ``1.23M``),
-  a counter and its rate side by side (``frames 300k (88.6k/s)``);
-- a monitor watching itself (a record with ``polls``, ``records``,
-  ``values_dropped`` and ``watches``) as a one-line summary, with a sink
-  named only when it dropped records or failed;
-- below ``WIDE`` columns one ``values`` column; from ``WIDE`` on,
-  rates get a column of their own; from ``WIDER`` on, each watch's clock
-  time and record count too;
-- when the rows do not fit the height, first the lines between rows go, then
-  each row is cut to fewer lines (``+N more``), and only then are watches
-  left out, named in the caption (the monitor's own row stays);
-- alerts that fire (see ``WatchTable.alert``) as lines above the table,
-  until they resolve.
-
-rich is imported only when a table is drawn; numbers are written by
-``_numbers``.
+``monitor-async tail`` shows for a run on disk; how it lays itself out is in
+[Sinks › The console](sinks.md#the-console-consolesink). rich is imported
+only when a table is drawn.
 """
 
 from __future__ import annotations
@@ -188,20 +172,8 @@ def _summary(name: str, items: Sequence[str], width: int) -> list[str]:
 class WatchTable:
     """The latest record of every watch, drawn as a rich table that fits the console it is drawn on.
 
-    Guarantees:
-        - One row per watch, in the order watches first appeared. A monitor
-          watching itself is not a row: it is one summary line under the
-          table (``monitor: polls 240 · records 180 · dropped 0 · errors 0``),
-          red and naming the sink when records were dropped or writes failed.
-        - The title counts every watch, a monitor watching itself included
-          (as ``Monitor.stats()["watches"]`` and the demo's closing line do).
-        - The table is never wider than the width rich offers and never taller
-          than the height (see the module docstring for what gives way first).
-        - Alerts that fire (``alert``) are lines above the table, red for
-          ``critical``, yellow for ``warning``, oldest first, until they
-          resolve; they take at most a third of the height (``+N more
-          alerts`` past it), and the table gives way to them.
-        - ``update``, ``alert`` and drawing may run on different threads.
+    ``update``, ``alert`` and drawing may run on different threads. What it
+    promises: [Sinks › The console](sinks.md#the-console-consolesink).
 
     Args:
         title: the text before the table's watch count and clock.
