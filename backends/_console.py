@@ -162,7 +162,7 @@ class ConsoleSink(ThreadedSink):
         self._emit(lines)
 
     async def alert(self, event: AlertEvent) -> None:
-        """Shows an alert event: above the live table while it fires, or as one line (see the guarantees).
+        """Shows an alert event: above the live table while it fires, or as one line (see [Alerts](alerts.md#consolesink)).
 
         Args:
             event: the event, firing or resolved.

@@ -1,18 +1,6 @@
 """PrometheusSink: the latest value of every metric, exposed as gauges at ``/metrics``.
 
-Metric model: one gauge family per metric name, the watch name as the
-``watch`` label. A record ``Record(name="collector", metrics={"collector/frames": 1000.0})``
-becomes ``monitor_async_frames{watch="collector"} 1000.0``; nested keys are
-joined with ``_`` (``collector/env/reward`` -> ``monitor_async_env_reward``).
-Watches that report the same metric share a family, which is what PromQL
-aggregations (``sum by (watch)``) expect. Per watch, the unix time of its
-latest record is ``monitor_async_last_record_timestamp_seconds{watch=...}``
-so that a stalled watch can be alerted on.
-
-Alerts of the monitor's own rules are ``ALERTS{alertname, alertstate, severity,
-watch}`` gauges, named and labelled as Prometheus names its own, with 1 while
-firing; the series goes when the alert resolves. ``/healthz`` answers 200 while
-no ``critical`` alert fires, else 503 with the firing alerts as JSON.
+The metric model, alerts and ``/healthz``: [Sinks › Prometheus](sinks.md#prometheus-prometheussink).
 """
 
 from __future__ import annotations
@@ -173,103 +161,31 @@ class _QuietHandler(WSGIRequestHandler):
 class PrometheusSink(BaseSink):
     """Keeps the latest value of every metric as a gauge and serves it at ``/metrics``.
 
-    Guarantees:
-        - Metric model: one gauge family per metric, labelled by watch
-          (``monitor_async_frames{watch="collector"}``); see the module
-          docstring. Names are sanitised to ``[a-zA-Z0-9_]``. Keys of one
-          watch that sanitise to the same name (``a/b`` and ``a.b``) never
-          overwrite each other: the first key seen owns the series for good,
-          the values of the others are left out, counted in
-          ``keys_collided`` and reported by one warning. (Other watches'
-          ``a.b`` are their own series of the same family.)
-        - A watch name UTF-8 cannot encode (a lone surrogate, ``"\\udcff"``)
-          is escaped in the ``watch`` label (``\\udcff`` as text) and counted
-          in ``keys_escaped`` (per record), so a scrape never fails on it;
-          source labels are escaped the same way. Key names cannot hit this:
-          anything but ``[a-zA-Z0-9_]`` is sanitised away.
-        - Provenance: the fields of a record's source become labels beside
-          ``watch`` (``rank="1"``; a sender's ``host``, ``pid``, ``node``
-          through ``RaySink``), so ranks and nodes stay separate series.
-        - Only the latest value is kept; a scrape sees the last record written
-          for each watch. ``write`` just updates a dict under a lock, on the
-          monitor's loop; scrapes read it on prometheus_client's server thread.
-        - Cardinality is bounded: at most ``max_series`` (metric, watch) pairs
-          are exported. Further new pairs are dropped, counted in
-          ``series_dropped`` and reported by one warning; existing ones keep
-          updating.
-        - Memory is bounded: ``max_series`` series at most, and the routes
-          from keys to series it caches hold about ``cache_bytes``
-          (4 MiB), then start afresh. ``counters()`` reports
-          ``series_dropped``, ``keys_collided`` and ``keys_escaped`` (in
-          ``monitor.stats()`` as ``sink/<label>/...``).
-        - The values live in the sink's own ``CollectorRegistry`` (or in the
-          ``registry`` you pass, e.g. prometheus_client's default ``REGISTRY``
-          to serve them next to the process metrics).
-        - Serving: with an integer ``port``, entering the sink (``async with``
-          or the first write) starts prometheus_client's own HTTP server on
-          ``host:port`` in a daemon thread; ``port=0`` picks a free port, and
-          ``.host``/``.port``/``.url`` tell where it listens once entered. It
-          binds to loopback unless you pass another ``host``: exposing
-          metrics beyond this machine is your choice to make.
-          ``port=None`` opens no port; mount [asgi_app][monitor_async.backends.PrometheusSink.asgi_app] in your own
-          async server instead. ``close()`` stops the server.
-
-        - Alerts (``alert(event)``, called by a monitor with rules): a
-          firing event is an ``ALERTS{alertname="<rule>", alertstate="firing",
-          severity, watch}`` series of value 1 (source fields as more labels,
-          as for the metrics), as Prometheus exposes its own alerts; a
-          resolved event removes the series. [firing][monitor_async.backends.PrometheusSink.firing] lists them.
-        - Health: ``/healthz`` on the built-in server ([health_url][monitor_async.backends.PrometheusSink.health_url])
-          and in [asgi_app][monitor_async.backends.PrometheusSink.asgi_app] answers 200 while no ``critical`` alert
-          fires, else 503; the body is JSON, ``{"status": "ok" | "critical",
-          "firing": [...]}`` with every firing event's fields. A Kubernetes
-          liveness probe can point at it.
+    One gauge family per metric, labelled by watch, in its own registry; alerts
+    are ``ALERTS`` series and ``/healthz`` answers 503 while a critical one fires.
+    What it promises: [Sinks › Prometheus](sinks.md#prometheus-prometheussink).
 
     Args:
         host: the address the built-in server binds to (default
-            ``"127.0.0.1"``, loopback: only this machine can scrape).
-            ``"0.0.0.0"`` (or ``"::"``) serves every interface; an IPv6
-            address works too. Unused with ``port=None``. Must be a non-empty
-            string, else ``ValueError``.
-        port: the TCP port of the built-in server (default 9464), started
-            when the sink opens (``async with`` or the first write). ``0``:
-            a free port, read back from ``.port`` or ``.url`` once entered.
-            ``None``: no server and no port; serve [asgi_app][monitor_async.backends.PrometheusSink.asgi_app] from your
-            own server. A port in use raises ``OSError`` naming
-            ``host:port`` when the sink opens: ranks sharing a host need a
-            port each (``port=0``, or a base plus the local rank). Anything
-            but an integer in 0..65535 or ``None`` (a bool included) raises
-            ``ValueError``.
-        registry: the prometheus_client ``CollectorRegistry`` the gauges are
-            registered in, and that the built-in server serves. ``None``
-            (default): a registry of the sink's own, holding only its gauges.
-            Pass ``prometheus_client.REGISTRY`` to serve them next to the
-            process metrics; the sink unregisters its gauges from a registry
-            it was given when it closes.
+            ``"127.0.0.1"``: only this machine can scrape); a non-empty string.
+        port: the built-in server's TCP port (default 9464), 0..65535: ``0``
+            picks a free one (read ``.port`` or ``.url``); ``None``: no server,
+            serve [asgi_app][monitor_async.backends.PrometheusSink.asgi_app] yourself.
+        registry: the prometheus_client ``CollectorRegistry`` for the gauges;
+            ``None`` (default): one of the sink's own.
         namespace: the prefix of every metric family name (default
-            ``"monitor_async"``: ``monitor_async_frames``,
-            ``monitor_async_last_record_timestamp_seconds``). Must match
-            ``[a-zA-Z_][a-zA-Z0-9_]*``, else ``ValueError``.
-        max_series: the most series exported, each a (metric, watch, source)
-            triple (default 10,000). Past it, values of new series are left
-            out, counted in ``series_dropped`` and reported by one warning,
-            while the series already exported keep updating. Must be an
-            integer >= 1 (not a bool), else ``ValueError``.
-        name: the sink's label in ``Monitor.stats()``
-            (``sink/<label>/series_dropped``...) and in messages; it does not
-            appear in the exported metrics. ``None`` (default) or ``""``: the
-            class name lowercased without ``Sink``, ``"prometheus"``; a monitor makes a
-            repeated label unique with ``_1``, ``_2``...
-        ranks: ``"all"`` (default): every rank of a distributed job keeps
-            and serves its own gauges (Prometheus scrapes each process, and
-            the ``rank`` label keeps the ranks' series apart). ``"main"``:
-            only the main rank (rank 0) does; on other ranks the monitor
-            leaves the sink out and no port is opened. Anything else raises
-            ``ConfigError``.
+            ``"monitor_async"``); must match ``[a-zA-Z_][a-zA-Z0-9_]*``.
+        max_series: the most (metric, watch, source) series exported (default
+            10,000); an integer >= 1.
+        name: the sink's label in ``Monitor.stats()`` and in messages;
+            ``None`` (default) or ``""``: ``"prometheus"``.
+        ranks: ``"all"`` (default): every rank serves its own gauges;
+            ``"main"``: only rank 0.
 
     Raises:
         ValueError: a bad ``host``, ``port``, ``namespace`` or ``max_series``.
         ConfigError: ``ranks`` is neither ``"main"`` nor ``"all"``.
+        OSError: when the sink opens, ``host:port`` is in use.
 
     Examples:
         >>> import asyncio, urllib.request
@@ -357,7 +273,7 @@ class PrometheusSink(BaseSink):
 
     @property
     def health_url(self) -> str:
-        """``http://host:port/healthz`` of the running server (see the guarantees)."""
+        """``http://host:port/healthz`` of the running server: 200, or 503 while a ``critical`` alert fires."""
         return self.url[: -len("/metrics")] + "/healthz"
 
     def firing(self) -> list[AlertEvent]:
@@ -365,7 +281,7 @@ class PrometheusSink(BaseSink):
         return self._collector.firing()
 
     def asgi_app(self) -> Callable[..., Any]:
-        """An ASGI app serving ``/healthz`` (see the guarantees) and, on every other path, the metrics.
+        """An ASGI app serving ``/healthz`` and, on every other path, the metrics.
 
         It is prometheus_client's ASGI app for this sink's registry, with the
         health route in front. Works before the sink is entered; with
@@ -436,7 +352,7 @@ class PrometheusSink(BaseSink):
 
     # ------------------------------------------------------------------ writes
     def counters(self) -> dict[str, float]:
-        """``series_dropped``, ``keys_collided`` and ``keys_escaped`` (see the class docstring)."""
+        """``series_dropped``, ``keys_collided`` and ``keys_escaped`` (see [Sinks › Prometheus](sinks.md#prometheus-prometheussink))."""
         return {
             "series_dropped": float(self.series_dropped),
             "keys_collided": float(self.keys_collided),

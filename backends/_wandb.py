@@ -116,7 +116,7 @@ class WandbSink(ThreadedSink):
             run.log(data)
 
     async def alert(self, event: AlertEvent) -> None:
-        """Sends ``event`` to the run as a wandb alert (see the guarantees); opens the run first if needed.
+        """Sends ``event`` to the run as a wandb alert (see [Alerts](alerts.md#wandbsink)); opens the run first if needed.
 
         Args:
             event: the event, firing or resolved.
