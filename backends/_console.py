@@ -47,7 +47,7 @@ class ConsoleSink(ThreadedSink):
     """Shows the latest metrics of every watch on the console.
 
     A live table on a terminal with rich, else one compact line per record.
-    What it promises: [Sinks › The console](sinks.md#the-console-consolesink).
+    What it promises: [Sinks: The console](sinks.md#the-console-consolesink).
 
     Args:
         stream: the text stream to write to; ``None`` (default): ``sys.stdout``

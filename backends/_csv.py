@@ -38,7 +38,7 @@ def _quote(field: str) -> str:
 class CSVSink(LineSink):
     """Appends one CSV row per value: ``time,name,step,metric,value`` (and ``source``).
 
-    What it promises: [Sinks › Files](sinks.md#files-csvsink-and-jsonlsink).
+    What it promises: [Sinks: Files](sinks.md#files-csvsink-and-jsonlsink).
 
     Args:
         path: the CSV file (``str`` or ``os.PathLike``); every ``{rank}`` in it

@@ -17,7 +17,7 @@ __all__ = ["JSONLSink"]
 class JSONLSink(LineSink):
     """Appends one line per record: ``{"time", "name", "step", "metrics"}`` (and ``"source"``).
 
-    What it promises: [Sinks › Files](sinks.md#files-csvsink-and-jsonlsink).
+    What it promises: [Sinks: Files](sinks.md#files-csvsink-and-jsonlsink).
 
     Args:
         path: the JSON Lines file (``str`` or ``os.PathLike``); every

@@ -1,6 +1,6 @@
 """PrometheusSink: the latest value of every metric, exposed as gauges at ``/metrics``.
 
-The metric model, alerts and ``/healthz``: [Sinks › Prometheus](sinks.md#prometheus-prometheussink).
+The metric model, alerts and ``/healthz``: [Sinks: Prometheus](sinks.md#prometheus-prometheussink).
 """
 
 from __future__ import annotations
@@ -163,7 +163,7 @@ class PrometheusSink(BaseSink):
 
     One gauge family per metric, labelled by watch, in its own registry; alerts
     are ``ALERTS`` series and ``/healthz`` answers 503 while a critical one fires.
-    What it promises: [Sinks › Prometheus](sinks.md#prometheus-prometheussink).
+    What it promises: [Sinks: Prometheus](sinks.md#prometheus-prometheussink).
 
     Args:
         host: the address the built-in server binds to (default
@@ -352,7 +352,7 @@ class PrometheusSink(BaseSink):
 
     # ------------------------------------------------------------------ writes
     def counters(self) -> dict[str, float]:
-        """``series_dropped``, ``keys_collided`` and ``keys_escaped`` (see [Sinks › Prometheus](sinks.md#prometheus-prometheussink))."""
+        """``series_dropped``, ``keys_collided`` and ``keys_escaped`` (see [Sinks: Prometheus](sinks.md#prometheus-prometheussink))."""
         return {
             "series_dropped": float(self.series_dropped),
             "keys_collided": float(self.keys_collided),

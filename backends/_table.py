@@ -2,7 +2,7 @@
 
 ``WatchTable`` is what ``ConsoleSink`` shows in live mode and what
 ``monitor-async tail`` shows for a run on disk; how it lays itself out is in
-[Sinks › The console](sinks.md#the-console-consolesink). rich is imported
+[Sinks: The console](sinks.md#the-console-consolesink). rich is imported
 only when a table is drawn.
 """
 
@@ -173,7 +173,7 @@ class WatchTable:
     """The latest record of every watch, drawn as a rich table that fits the console it is drawn on.
 
     ``update``, ``alert`` and drawing may run on different threads. What it
-    promises: [Sinks › The console](sinks.md#the-console-consolesink).
+    promises: [Sinks: The console](sinks.md#the-console-consolesink).
 
     Args:
         title: the text before the table's watch count and clock.

@@ -20,7 +20,7 @@ _files = itertools.count()
 class TensorBoardSink(ThreadedSink):
     """Writes every value as a TensorBoard scalar, in an event file of its own under ``log_dir``.
 
-    What it promises: [Sinks › TensorBoard](sinks.md#tensorboard-tensorboardsink).
+    What it promises: [Sinks: TensorBoard](sinks.md#tensorboard-tensorboardsink).
 
     Args:
         log_dir: the folder of the event files, the one to give

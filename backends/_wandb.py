@@ -39,7 +39,7 @@ def alert_title(event: AlertEvent) -> str:
 class WandbSink(ThreadedSink):
     """Logs every record to a wandb run, each watch against its own step axis.
 
-    What it promises: [Sinks › wandb](sinks.md#wandb-wandbsink).
+    What it promises: [Sinks: wandb](sinks.md#wandb-wandbsink).
 
     Args:
         run: the wandb run to log to; the sink never finishes it. ``None``
