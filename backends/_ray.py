@@ -74,82 +74,29 @@ def _reconnect(actor: Any, name: str) -> RaySink:
 class RaySink(ResilientSink):
     """Builds ``sink_cls(*args, **kwargs)`` inside a Ray actor and forwards writes to it.
 
-    Guarantees:
-        - The hosted sink lives in one async Ray actor; its coroutines run on
-          the actor's event loop (a [ThreadedSink][monitor_async.ThreadedSink]
-          keeps its own worker thread there). ``write``, ``flush`` and
-          ``close`` are awaited actor calls: when ``write`` returns, the
-          hosted sink has written the batch.
-        - Calls into the hosted sink run one at a time. Records of one
-          monitor keep their order (the monitor awaits each write before the
-          next); batches from different monitors interleave whole.
-        - Sharing: the handle is picklable (pass it to Ray tasks, actors or
-          ``multiprocessing`` children of a Ray driver), and with
-          ``actor_options={"name": ...}`` any process of the job can fetch it
-          with [connect][monitor_async.backends.RaySink.connect]. Many monitors can so write into one
-          TensorBoard folder, CSV/JSONL file or wandb run.
-        - Ownership: only the handle that built the actor closes the hosted
-          sink and ends the actor on ``close()``; copies and connected
-          handles only flush on ``close()``. Close the owner last.
-        - Provenance: each record leaves this process with ``host``,
-          ``pid`` and ``node`` (the Ray node id) added to its ``source``
-          (fields it already has, such as ``rank``, are kept), so the
-          hosted sink can tell senders apart, even two Ray nodes on one
-          machine. ``ranks`` is this handle's (default ``"all"``).
-        - Errors raised by the hosted sink come back from the awaited call
-          (Ray wraps them so they are also instances of the original
-          exception type); an actor that cannot build its sink raises a
-          ``RuntimeError`` naming the sink on the first call.
-        - The actor calls go through the resilient delivery of
-          [ResilientSink][monitor_async.backends.ResilientSink]: while the actor is
-          temporarily unavailable (restarting after a crash, with
-          ``actor_options={"max_restarts": ...}``), batches wait in this
-          handle's spool and go out, in order, once it answers; ``write``
-          returns when the hosted sink has written the batch or the actor
-          was found unavailable. An actor that is gone for good, or an error
-          of the hosted sink, is not retried. ``delivery`` takes the
-          spool's options (``{"spool_dir": ..., "spool_bytes": ...,
-          "backoff": Backoff(...)}``); each handle has its own spool.
-
-    The actor is created when the sink is constructed; call ``ray.init()``
-    before to pick the cluster. This handle's label in ``Monitor.stats()``
-    is ``ray_<n>``, ``<n>`` being the actor's name, else the hosted sink's
-    ``name``, else its class name lowercased without ``Sink`` (``ray_memory``).
+    Many monitors (processes, nodes) so share one file or run; records carry
+    the sender's host, pid and Ray node. What it promises:
+    [Sinks: RaySink](sinks.md#many-processes-one-sink-raysink).
 
     Args:
         sink_cls: the sink class, or any callable returning a sink, that the
-            actor calls as ``sink_cls(*args, **kwargs)`` (Ray pickles it to
-            the actor). Anything not callable raises ``TypeError``; a sink
-            the actor fails to build raises ``RuntimeError`` naming the
-            sink at the first call.
+            actor calls as ``sink_cls(*args, **kwargs)``.
         *args: positional arguments of ``sink_cls``, pickled to the actor.
-        actor_options: options of ``ray.remote(...).options()`` for the
-            actor, laid over the default ``{"num_cpus": 0}``, which lets the
-            (I/O bound) sink actor sit next to tasks on a busy cluster.
-            ``"name"`` lets any process of the job find it with
-            [connect][monitor_async.backends.RaySink.connect]; ``"max_restarts"`` lets a crashed actor come
-            back while batches wait in the spool. ``None`` (default): the
-            default alone. Options Ray refuses raise ``ValueError``.
-        ranks: ``"all"`` (default): the monitor of every rank of a
-            distributed job writes into the one hosted sink, which is what
-            sharing it is for (each record's ``source`` says which rank,
-            host and process sent it). ``"main"``: only the main rank (rank
-            0) writes through this handle; on other ranks the monitor leaves
-            it out. Anything else raises ``ConfigError``.
-        delivery: this handle's spool options, as
-            [ResilientSink][monitor_async.backends.ResilientSink] takes them:
-            ``{"spool_dir": ..., "spool_bytes": ..., "backoff": Backoff(...)}``,
-            any of the three. ``None`` (default): a private temporary folder,
-            64 MiB, ``Backoff()``. Any other key raises ``ConfigError``.
+        actor_options: options of ``ray.remote(...).options()`` for the actor,
+            over the default ``{"num_cpus": 0}``; ``"name"`` makes it
+            reachable by [connect][monitor_async.backends.RaySink.connect].
+        ranks: ``"all"`` (default): every rank writes through it; ``"main"``:
+            only rank 0.
+        delivery: this handle's spool options (``spool_dir``, ``spool_bytes``,
+            ``backoff``); ``None`` (default): a temporary folder, 64 MiB, ``Backoff()``.
         **kwargs: keyword arguments of ``sink_cls``, pickled to the actor;
-            their ``name`` also names this handle when ``actor_options``
-            has no ``"name"``. ``actor_options``, ``ranks`` and ``delivery``
-            are this handle's own and never reach the hosted sink.
+            their ``name`` also names this handle.
 
     Raises:
         TypeError: ``sink_cls`` is not callable.
         ConfigError: a bad ``ranks`` or ``delivery``.
         ValueError: ``actor_options`` Ray refuses.
+        RuntimeError: at the first call, the actor could not build its sink.
 
     Examples:
         >>> import asyncio, ray
