@@ -193,74 +193,30 @@ class _Client:
 class MLflowSink(ResilientSink):
     """Logs every record's metrics to an MLflow run; tracking-server outages lose nothing.
 
-    Guarantees:
-        - The run: ``run_id`` when given; else MLflow's active run in the
-          thread that builds the sink (``mlflow.active_run()``, when the
-          tracking URI is MLflow's current one); else one created at the
-          first delivery in ``experiment`` (default: the
-          ``MLFLOW_EXPERIMENT_NAME`` / ``MLFLOW_EXPERIMENT_ID`` environment
-          variables, else MLflow's Default experiment), named ``run_name``,
-          tagged ``tags``. ``close()`` ends (``FINISHED``) only a run it
-          created.
-        - Each batch is one ``log_batch`` request per at most 1000 metrics
-          (MLflow's limit), made on the sink's worker thread, never on the
-          event loop. A metric's step is the record's step, or when it has
-          none the record's index within its watch (0, 1, 2, ...); its
-          timestamp is the poll time; its key is the record's key made valid
-          for MLflow by `mlflow_key` (unchanged for usual keys).
-        - Against a tracking server (``http(s)://``) each request is tried
-          once, with ``timeout`` seconds to answer, and retried from the
-          spool as `ResilientSink` says: a
-          server that is down, restarting or overloaded (5xx, 429) loses no
-          record; one that refuses a batch (4xx) gets a counted error naming
-          the status and MLflow's message. A batch replayed from an earlier
-          process's spool goes to the run it was logged for.
-        - ``await sink.alert(event)`` (an `AlertEvent`)
-          sets the run tag ``alert.<rule>`` (made valid by `mlflow_key`)
-          to the event's state, ``firing`` or ``resolved``, through the same
-          spool, in order with the metrics.
-        - Constructing the sink does no I/O: the server is first needed at
-          the first delivery, so a sink started while the server is down
-          spools until it is up.
+    Built on [ResilientSink][monitor_async.backends.ResilientSink]: batches wait
+    in a disk spool while the server is away. What it promises:
+    [Remote trackers: MLflow](remote-trackers.md#mlflow-mlflowsink).
 
     Args:
-        tracking_uri: where the runs live: a tracking server
-            (``http(s)://``, reached through MLflow's REST API, one try per
-            request) or any other store MLflow's client takes (``sqlite:``,
-            ``file:``, ``databricks``). ``None`` (default):
-            ``mlflow.get_tracking_uri()`` (``MLFLOW_TRACKING_URI``, else
-            MLflow's default local store).
-        experiment: the name of the experiment of a run the sink creates,
-            created if missing. ``None`` (default): the
-            ``MLFLOW_EXPERIMENT_NAME`` / ``MLFLOW_EXPERIMENT_ID`` environment
-            variables, else MLflow's Default experiment.
-        run_id: an existing run to log to, never ended by the sink (then no
-            ``experiment``, ``run_name`` or ``tags``). ``None`` (default):
-            MLflow's active run when the tracking URI is MLflow's current
-            one, else a run created at the first delivery.
+        tracking_uri: a tracking server (``http(s)://``) or any store MLflow's
+            client takes (``sqlite:``, ``file:``, ``databricks``); ``None``
+            (default): ``mlflow.get_tracking_uri()``.
+        experiment: the experiment of a run the sink creates, created if
+            missing; ``None`` (default): MLflow's from the environment, else Default.
+        run_id: an existing run to log to, never ended by the sink; ``None``
+            (default): the active run, else one created at the first delivery.
         run_name: the name of a run the sink creates; ``None`` (default):
             one MLflow picks.
-        tags: tags of a run the sink creates (keys and values become
-            strings); ``None`` (default): none.
-        spool_dir: the spool's folder; the same folder in a later process
-            replays what this one could not send. ``None`` (default): a
-            temporary one (see ``ResilientSink``).
-        spool_bytes: the spool's bound in bytes (default 64 MiB); past it
-            the oldest batches are dropped and counted in ``spool_dropped``.
+        tags: tags of a run the sink creates; ``None`` (default): none.
+        spool_dir: the spool's folder, replayed by a later sink on it;
+            ``None`` (default): a temporary one.
+        spool_bytes: the spool's bound in bytes (default 64 MiB).
         backoff: the waits between tries (default ``Backoff()``).
-        timeout: seconds one request to a tracking server may take, connect
-            and read (default 10.0); a request that takes longer is retried
-            from the spool. Unused with a store that is not ``http(s)://``.
-            Must be a finite number > 0.
-        name: the sink's label in ``Monitor.stats()``
-            (``sink/<label>/retries``...) and in messages, not the run's
-            name. ``None`` (default) or ``""``: ``"mlflow"``; a monitor
-            makes a repeated label unique with ``_1``, ``_2``...
-        ranks: ``"main"`` (default): only the main rank (rank 0) of a
-            distributed job logs, so a job is one run rather than one per
-            rank; on other ranks the monitor leaves the sink out.
-            ``"all"``: every rank does, each into the run it is given or
-            creates. Anything else raises ``ConfigError``.
+        timeout: seconds one request to a tracking server may take (default
+            10.0); a finite number > 0.
+        name: the sink's label in ``Monitor.stats()`` and in messages;
+            ``None`` (default) or ``""``: ``"mlflow"``.
+        ranks: ``"main"`` (default): only rank 0 logs; ``"all"``: every rank.
 
     Raises:
         ConfigError: a bad option, or ``run_id`` together with options of a new run.

@@ -142,58 +142,26 @@ def _detail(response: requests.Response) -> str:
 class OTLPSink(ResilientSink):
     """Exports every record as OpenTelemetry gauge data points over OTLP/HTTP; outages lose nothing.
 
-    Guarantees:
-        - Each metric of a record is one gauge data point: the metric's name
-          is the record key without its ``<watch>/`` prefix
-          (``collector/frames`` is ``frames``), its attribute ``watch`` the
-          watch name (plus the record's ``source`` mapping, when records
-          carry one), its time the poll time. One batch is one export
-          request (``MetricsData`` encoded and sent by the SDK's
-          ``OTLPMetricExporter``, HTTP/protobuf), made on the sink's worker
-          thread, never on the event loop.
-        - The resource names the service: ``service.name`` is
-          ``service_name``, else ``OTEL_SERVICE_NAME`` /
-          ``OTEL_RESOURCE_ATTRIBUTES``, else ``"monitor-async"``, with
-          ``resource_attributes`` and the SDK's own attributes.
-        - Each export is one try with ``timeout`` seconds; the retries are
-          the sink's, from its spool, as
-          `ResilientSink` says: 429, 5xx and
-          lost connections are retried (``Retry-After`` obeyed), other 4xx
-          are counted errors naming the status and the collector's message.
-          Data points a collector accepts only in part (OTLP "partial
-          success") are counted (``points_rejected``) and logged once per
-          streak.
+    Built on [ResilientSink][monitor_async.backends.ResilientSink]: batches wait
+    in a disk spool while the collector is away. What it promises:
+    [Remote trackers: OpenTelemetry](remote-trackers.md#opentelemetry-otlpsink).
 
     Args:
-        endpoint: the full OTLP/HTTP metrics URL; ``None``:
-            ``OTEL_EXPORTER_OTLP_METRICS_ENDPOINT``, else
-            ``OTEL_EXPORTER_OTLP_ENDPOINT`` + ``/v1/metrics``, else
-            ``http://localhost:4318/v1/metrics``.
-        headers: extra HTTP headers (an API key...); ``None``: the
-            ``OTEL_EXPORTER_OTLP_*HEADERS`` variables, read by the exporter.
-        service_name: the resource's ``service.name``; it wins over one in
-            ``resource_attributes``. ``None`` (default):
-            ``OTEL_SERVICE_NAME`` / ``OTEL_RESOURCE_ATTRIBUTES``, else
-            ``"monitor-async"``.
+        endpoint: the full OTLP/HTTP metrics URL; ``None`` (default): from
+            ``OTEL_EXPORTER_OTLP_*``, else ``http://localhost:4318/v1/metrics``.
+        headers: extra HTTP headers (an API key...); ``None`` (default): the
+            ``OTEL_EXPORTER_OTLP_*HEADERS`` variables.
+        service_name: the resource's ``service.name``; ``None`` (default):
+            ``OTEL_SERVICE_NAME`` / ``OTEL_RESOURCE_ATTRIBUTES``, else ``"monitor-async"``.
         resource_attributes: more resource attributes
-            (``{"deployment.environment": "dev"}``); ``None`` (default):
-            only those of ``service_name``, the environment and the SDK.
-        timeout: seconds one export may take (default 10.0); one that takes
-            longer is retried from the spool. Must be a finite number > 0.
-        spool_dir: the spool's folder (see ``ResilientSink``); ``None``
-            (default): a temporary one.
-        spool_bytes: the spool's bound in bytes (default 64 MiB); past it
-            the oldest batches are dropped and counted in ``spool_dropped``.
+            (``{"deployment.environment": "dev"}``); ``None`` (default): none.
+        timeout: seconds one export may take (default 10.0); a finite number > 0.
+        spool_dir: the spool's folder; ``None`` (default): a temporary one.
+        spool_bytes: the spool's bound in bytes (default 64 MiB).
         backoff: the waits between tries (default ``Backoff()``).
-        name: the sink's label in ``Monitor.stats()``
-            (``sink/<label>/points_rejected``...) and in messages; it is not
-            exported. ``None`` (default) or ``""``: ``"otlp"``; a
-            monitor makes a repeated label unique with ``_1``, ``_2``...
-        ranks: ``"all"`` (default): every rank of a distributed job exports,
-            its ``source`` (``rank``) among the data points' attributes, so
-            the collector keeps the ranks apart. ``"main"``: only the main
-            rank (rank 0); on other ranks the monitor leaves the sink out.
-            Anything else raises ``ConfigError``.
+        name: the sink's label in ``Monitor.stats()`` and in messages;
+            ``None`` (default) or ``""``: ``"otlp"``.
+        ranks: ``"all"`` (default): every rank exports; ``"main"``: only rank 0.
 
     Raises:
         ConfigError: a bad option.
