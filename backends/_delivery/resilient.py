@@ -1,12 +1,8 @@
 """ResilientSink: the base of the network sinks; their batches wait out an outage in a disk spool.
 
-How a batch travels: ``write`` appends it to the sink's spool (one file),
-the sink's delivery task sends the spool oldest first, and a batch's file is
-deleted once the server acknowledged it. A failure worth another try stops
-the task for a `Backoff` wait, while new batches keep joining the spool
-behind the one that failed; a refusal drops the batch and moves on. This
-module is the sink's face (its hooks, its lifecycle); ``courier.py`` is the
-delivery task, ``retry.py`` the retry policy, ``spool.py`` the files.
+This module is the sink's face (its hooks, its lifecycle); ``courier.py`` is
+the delivery task, ``retry.py`` the retry policy, ``spool.py`` the files.
+What the delivery promises: docs/remote-trackers.md.
 """
 
 from __future__ import annotations
@@ -42,61 +38,24 @@ _FIGURES = ("retries", "spooled", "replayed", "spool_bytes", "spool_dropped", "r
 class ResilientSink(BaseSink):
     """The base of sinks that deliver over a network: retries, a disk spool, replay, at-least-once.
 
-    Guarantees:
-        - Every batch handed to ``write`` goes to the sink's spool first (one
-          file under ``spool_dir``), then out, oldest first, one request at
-          a time, from the sink's own delivery task. Its file is deleted only
-          once the server acknowledged it: delivery is at-least-once.
-        - A failure worth another try (no connection, a timeout, 408, 429,
-          5xx) keeps the batch, and all after it, in the spool; the next try
-          comes after a `Backoff` wait (``Retry-After`` obeyed). The
-          monitor's queue keeps draining into the spool meanwhile, so an
-          outage never fills it and polling goes on.
-        - Any other failure (a 4xx: the server refuses the batch) is not
-          retried: the batch is dropped and counted (``rejected``). A
-          ``write`` still waiting for that batch raises the error (so the
-          monitor counts and reports it); otherwise the sink logs it, with
-          the status and the server's message, once per streak.
-        - When the server answers again the spool goes out in order, before
-          anything newer. Batches that an earlier process left in the same
-          ``spool_dir`` (a crash, ``kill -9``, a preemption) go out first
-          once the sink opens.
-        - The spool holds at most ``spool_bytes``; past that the oldest
-          batches are dropped and counted (``spool_dropped``). A folder that
-          cannot be written (full, read-only) is named once in the log; its
-          batches are held in memory (``unspooled``) and sent directly; what
-          is left of them at close is counted in ``spool_dropped``. A damaged
-          spool file is named, and its records counted in ``spool_dropped``.
-        - A batch goes out twice only when no reply came for it (a timeout,
-          a dropped connection, a process killed mid-request): the server
-          may then hold it twice. Such records are counted (``duplicates``).
-        - ``write`` waits for its batches (at most `ack_wait` seconds)
-          only when nothing else waits in the spool; it never waits for a
-          server that is away.
-        - ``flush()`` and ``close()`` try at once instead of waiting out the
-          backoff, and return once everything handed over is delivered, or
-          as soon as a try fails (the server is away; the rest stays in the
-          spool, on disk). ``close()`` then logs how many records remain and
-          where. Under a monitor, ``stop()`` bounds both by ``stop_timeout``.
-        - `counters` (``Monitor.stats()`` reports them as
-          ``sink/<label>/<key>``), in records unless said: ``retries`` (tries
-          that failed and will be made again), ``spooled`` (records that
-          could not go out at once), ``replayed`` (of those, delivered
-          later, by this process or from an earlier one's spool),
-          ``spool_bytes`` (bytes now in the spool), ``spool_dropped``,
-          ``rejected``, ``duplicates``, ``delivered``, ``pending`` (not yet
-          acknowledged), ``unspooled`` (held in memory: the folder could not
-          be written).
+    Each batch goes to a disk spool first and leaves it once the server
+    acknowledged it. What it promises:
+    [Remote trackers: the spool](remote-trackers.md#the-spool-and-what-at-least-once-means).
 
-    For sink authors: implement ``send_blocking(records, destination)``,
-    which runs on the sink's worker thread (a daemon thread of its own, one
-    call at a time, as in `ThreadedSink`) and raises on
-    failure (a `DeliveryError`, or the client's own
-    errors: see `classify`), or override the
-    coroutine `send` for an async client. Optional hooks:
-    ``open_blocking`` / ``close_blocking`` (worker thread: build the client
-    without needing the server; release it), `destination`,
-    `prepare` and `classify`.
+    For sink authors: implement ``send_blocking(records, destination)`` (on the
+    sink's worker thread; raises on failure, see `classify`) or the coroutine
+    `send`; optional hooks: ``open_blocking`` / ``close_blocking``,
+    `destination`, `prepare` and `classify`. See
+    [Your own network sink](remote-trackers.md#your-own-network-sink-resilientsink).
+
+    Args:
+        spool_dir: the folder of the spool, replayed first by a sink opened on
+            it; ``None`` (default): a private temporary folder. One sink per folder.
+        spool_bytes: the most bytes the spool's files may take (default
+            64 MiB); a positive integer.
+        backoff: the waits between tries (default ``Backoff()``); a `Backoff`.
+        name: the sink's label in ``Monitor.stats()`` and in messages;
+            ``None`` (default) or ``""``: the class name lowercased without ``Sink``.
 
     Args:
         spool_dir: the folder of the spool. A sink opened on a folder that a
@@ -235,7 +194,7 @@ class ResilientSink(BaseSink):
         return self._spool.path if self._spool is not None else self._spool_dir
 
     def counters(self) -> dict[str, float]:
-        """The sink's delivery figures (see the class docstring); cheap, for ``Monitor.stats()``."""
+        """The sink's delivery figures ([the figures](remote-trackers.md#the-figures)); cheap, for ``Monitor.stats()``."""
         if self._courier is None:
             return dict.fromkeys(_FIGURES, 0.0)
         return self._courier.counters()

@@ -38,18 +38,14 @@ _UNREACHABLE = frozenset({
 class Backoff:
     """How long a network sink waits before trying again: exponential, with full jitter.
 
-    Retry ``n`` (0, 1, 2... since the last success) waits a random time
-    between 0 and ``min(cap, first * 2**n)`` seconds ("full jitter": clients
-    that failed together do not all come back together). When the server
-    answered with ``Retry-After``, that wait is used instead, up to
-    ``max_retry_after``. There is no limit on the number of tries: while the
-    server is away the batches wait in the spool, and ``flush()`` or
-    ``close()`` try at once instead of waiting.
+    Retry ``n`` waits a random time between 0 and ``min(cap, first * 2**n)``
+    seconds, or the server's ``Retry-After``. See
+    [Remote trackers: the spool](remote-trackers.md#the-spool-and-what-at-least-once-means).
 
     Args:
-        first: the longest wait before the first retry, in seconds (> 0).
-        cap: the longest wait between two tries, in seconds (>= ``first``).
-        max_retry_after: the longest ``Retry-After`` obeyed, in seconds (> 0).
+        first: the longest wait before the first retry, in seconds (default 0.5; > 0).
+        cap: the longest wait between two tries, in seconds (default 30.0; >= ``first``).
+        max_retry_after: the longest ``Retry-After`` obeyed, in seconds (default 300.0; > 0).
 
     Raises:
         ConfigError: a value out of range.
