@@ -12,19 +12,14 @@ __all__ = ["MemorySink"]
 class MemorySink(BaseSink):
     """Keeps every record it is given, in arrival order, in ``.records``.
 
-    Nothing is ever dropped or written anywhere: memory grows with every
-    record, so it suits tests, notebooks and short runs.
+    For tests, notebooks and short runs: memory grows with every record. See
+    [Sinks: MemorySink](sinks.md#in-memory-memorysink).
 
     Args:
-        name: the sink's label in ``Monitor.stats()``
-            (``sink/<label>/written``...) and in messages. ``None`` (default)
-            or ``""``: the class name lowercased without ``Sink``, ``"memory"``; a monitor
-            makes a repeated label unique with ``_1``, ``_2``...
-        ranks: ``"all"`` (default): the sink is used on every rank of a
-            distributed job, each process keeping its own records (a list in
-            its own memory). ``"main"``: only the main rank (rank 0) uses it;
-            on other ranks the monitor leaves it out and it stays empty.
-            Anything else raises ``ConfigError``.
+        name: the sink's label in ``Monitor.stats()`` and in messages;
+            ``None`` (default) or ``""``: ``"memory"``.
+        ranks: ``"all"`` (default): every rank keeps its own records;
+            ``"main"``: only rank 0.
 
     Raises:
         ConfigError: ``ranks`` is neither ``"main"`` nor ``"all"``.

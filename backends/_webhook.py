@@ -59,32 +59,19 @@ def message(events: Sequence[AlertEvent]) -> str:
 class Webhook(ResilientSink):
     """Posts alert events to a webhook (Slack, Discord, or any endpoint that takes JSON); outages lose nothing.
 
-    A sink whose ``write`` ignores records: events come through
-    ``await webhook.alert(event)`` (the monitor calls it), or by calling the
-    webhook itself, ``webhook(event)``, which queues and returns at once, so
-    it also works as a notifier in ``notify=[...]``. Events of one rule and
-    state within ``group_window`` seconds go out as one post listing their
-    watches (and ranks): 100 targets stalling at once are one post. Posts go
-    through the spool with retries and backoff, as
-    [ResilientSink][monitor_async.backends.ResilientSink] says: a webhook
-    that is down gets the events once it is back, also from a later process
-    on the same ``spool_dir``. ``flush()`` and ``close()`` post the groups
-    still waiting for their window at once.
+    Events come through ``await webhook.alert(event)`` or ``webhook(event)``
+    (queues and returns at once, so it works as a notifier); records are
+    ignored. What it promises: [Sinks: Webhook](sinks.md#alerts-to-people-webhook).
 
     Args:
         url: the webhook's ``http(s)://`` URL (Slack's incoming webhook,
             Discord's channel webhook, or your own endpoint).
-        format: the body of each post: ``"slack"`` (default,
-            ``{"text": ...}``), ``"discord"`` (``{"content": ...}``, cut to
-            Discord's 2000 characters) or ``"json"``
-            (``{"events": [event.to_dict(), ...]}``, see
-            `AlertEvent`).
+        format: the body of each post: ``"slack"`` (default), ``"discord"`` or ``"json"``.
         headers: extra HTTP headers (a token...); ``None`` (default): none.
         group_window: seconds the events of one rule are gathered before
             they are posted (default 1.0); must be a finite number >= 0.
         timeout: seconds one post may take (default 10.0); must be > 0.
-        spool_dir: the spool's folder (see ``ResilientSink``); ``None``
-            (default): a temporary one.
+        spool_dir: the spool's folder; ``None`` (default): a temporary one.
         spool_bytes: the spool's bound in bytes (default 64 MiB).
         backoff: the waits between tries (default ``Backoff()``).
         name: the sink's label in ``Monitor.stats()`` and in messages;
