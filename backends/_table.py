@@ -33,13 +33,7 @@ _CHROME = 5  # title, top border, header, header rule, bottom border
 
 
 def short(record: Record) -> dict[str, float]:
-    """The record's metrics without the ``"<name>/"`` prefix of their keys.
-
-    Args:
-        record: the record.
-
-    Returns:
-        ``{metric: value}``; a key without the prefix is kept whole.
+    """The record's metrics, ``{metric: value}``, without the ``"<name>/"`` prefix of their keys.
 
     Examples:
         >>> short(Record("rb", None, 0.0, {"rb/size": 3.0}))
@@ -97,16 +91,10 @@ def monitor_items(metrics: Mapping[str, float]) -> tuple[list[str], bool]:
 
 
 def alert_line(event: AlertEvent) -> str:
-    """One alert for a person: ``ALERT warning: <message>``, or ``resolved: <message>``.
+    """One alert for a person, on one line: ``ALERT warning: <message>``, or ``resolved: <message>``.
 
     The rule's name stands in for an empty message; a source (``rank=1``)
     is added in brackets.
-
-    Args:
-        event: the alert event.
-
-    Returns:
-        The text, on one line.
 
     Examples:
         >>> e = AlertEvent("stalled collector/frames", "firing", "critical", "collector", "collector/frames",

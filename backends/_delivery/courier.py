@@ -1,12 +1,8 @@
 """The delivery task of a network sink: its spool, sent oldest first, retried with backoff.
 
-A `Courier` belongs to one `ResilientSink`
-and runs on the monitor's loop. ``accept`` appends batches to the spool; the
-courier's task sends the oldest batch, deletes it once acknowledged, and on a
-failure worth another try waits (`Backoff`)
-while newer batches keep joining the spool behind it; a refusal drops the
-batch and moves on. ``settled`` is what ``flush()`` waits on, ``stop`` what
-``close()`` ends with.
+A `Courier` belongs to one `ResilientSink` and runs on the monitor's loop:
+``accept`` appends batches to the spool, ``settled`` is what ``flush()`` waits
+on, ``stop`` what ``close()`` ends with.
 """
 
 from __future__ import annotations

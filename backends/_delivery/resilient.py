@@ -42,10 +42,7 @@ class ResilientSink(BaseSink):
     acknowledged it. What it promises:
     [Remote trackers: the spool](remote-trackers.md#the-spool-and-what-at-least-once-means).
 
-    For sink authors: implement ``send_blocking(records, destination)`` (on the
-    sink's worker thread; raises on failure, see `classify`) or the coroutine
-    `send`; optional hooks: ``open_blocking`` / ``close_blocking``,
-    `destination`, `prepare` and `classify`. See
+    Sink authors implement ``send_blocking(records, destination)`` or ``send``:
     [Your own network sink](remote-trackers.md#your-own-network-sink-resilientsink).
 
     Args:

@@ -1,18 +1,11 @@
 """The disk spool of a network sink: its batches wait here, in order, until the server acknowledged them.
 
-One file per batch, ``<sequence>-<records>.batch``, holding one JSON object
-(``{"destination": ..., "records": [...]}``). A file is written whole (to a
-temporary name, then renamed), so a process killed at any moment leaves
-whole batches and no torn ones; the rename makes it safe against a killed
-process, not a power cut (no ``fsync``). A lock file (``flock``) keeps two
-sinks, in one process or in two, from sharing a folder; the kernel drops the
-lock when the process dies, so a crashed run's folder is free at once.
-
-The file ``sending`` names the batch whose request is (or last was) out, and
-``unsure`` the batches whose reply was lost (a timeout, a dropped
-connection): a process killed mid-request leaves both behind, and a later
-sink knows those batches may have reached the server already. Sending them
-again may make duplicates, which the sink counts.
+One file per batch, ``<sequence>-<records>.batch``, holding
+``{"destination": ..., "records": [...]}``, written to a temporary name and
+renamed (whole after a kill; no ``fsync``). A lock file (``flock``) keeps two
+sinks off one folder. The file ``sending`` names the batch whose request is
+(or last was) out, ``unsure`` the batches whose reply was lost: a later sink
+knows those may have reached the server already and counts them as duplicates.
 """
 
 from __future__ import annotations
