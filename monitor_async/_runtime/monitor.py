@@ -83,58 +83,38 @@ def _function_name(fn: Callable[..., Any]) -> str:
 class Monitor:
     """Polls watched targets on the running event loop and streams their metrics to sinks.
 
-    Each target is polled by its own task; each sink has its own bounded,
-    drop-oldest queue; ``stop()`` returns in bounded time whatever hangs. What
-    holds and when is in [the guarantees](guarantees.md).
+    Each target is polled by its own task and each sink has its own bounded
+    queue; what holds when a target or a sink misbehaves is in
+    [the guarantees](guarantees.md).
 
     Args:
-        sinks: where records go: a sink (anything with ``async write``,
-            ``flush`` and ``close``: see [Sink][monitor_async.Sink]), a TorchRL
-            or AgileRL logger (wrapped in [LoggerSink][monitor_async.LoggerSink]),
-            or a sequence of them. ``None``: no sink (``step()`` still returns
-            the values). Anything else raises [SinkTypeError][monitor_async.SinkTypeError].
-        poll_interval: seconds between two polls of a watch, for every watch
-            that does not set its own (default 1.0; must be > 0).
-        on_error: what a failing target or sink does: ``"warn"`` (default)
-            logs one warning per failure streak on the ``monitor_async``
-            logger and counts it; ``"ignore"`` only counts; ``"raise"``
-            re-raises from ``step()``, and in background mode stops polling at
-            the first error and re-raises it from ``run()``/``stop()``.
-        queue_size: records each sink's queue holds (default 1024); when a
-            sink falls behind (its queue fills while it is still writing),
-            the oldest are dropped and counted. A burst the monitor makes in
-            one pass of the loop (the first polls of many watches, a
-            ``step()``, the final snapshots) while the sink is not writing
-            is kept whole for the sink's next write, whatever its size. Also
-            the most pushed values (``log()``) that wait for the loop.
+        sinks: a sink (see [Sink][monitor_async.Sink]), a TorchRL or AgileRL
+            logger (wrapped in [LoggerSink][monitor_async.LoggerSink]), a sequence
+            of them, or ``None`` (no sink; ``step()`` still returns the values).
+        poll_interval: seconds between two polls of a watch that sets none of
+            its own (default 1.0; > 0).
+        on_error: ``"warn"`` (default), ``"ignore"`` or ``"raise"``: what a
+            failing target or sink does ([errors](errors.md#what-happens-when-something-fails)).
+        queue_size: records each sink's queue holds, and pushes that may wait
+            for the loop (default 1024); past it the oldest are dropped and counted.
         max_batch: the most records one ``sink.write`` call gets (default 256).
-        poll_timeout: seconds a poll may take before it counts as timed out,
-            for every watch without its own ``timeout`` (default ``None``: the
-            watch's poll interval).
-        close_sinks: close the sinks at ``stop()`` (default ``False``: the
-            monitor does not own them; it only flushes them).
-        stop_timeout: seconds ``stop()``, ``flush()`` and ``close()`` wait for
-            a sink to drain (and, with ``close_sinks``, to close) before giving
-            it up with a warning (default 5.0).
-        thread_limit: worker threads for thread-offloaded ``stats()`` calls
-            (default 8); a call that timed out stops counting against it.
-        max_values: values kept per snapshot or push (default 10,000); the
-            rest are left out and counted in ``values_dropped``.
-        batch_wait: seconds a background writer lets records gather before
-            it writes (default 0.25; ``0`` writes at once). ``step()``,
-            ``flush()`` and ``stop()`` never wait for it.
-        world: this process's place in a distributed job
-            ([World][monitor_async.distributed.World]); default: detected by
-            [monitor_async.distributed.world][monitor_async.distributed.world] (torch.distributed,
-            torchrun, SLURM, Open MPI, else a single process).
-        alerts: alert rules ([`Alert`][monitor_async.Alert], e.g.
-            `Alert.defaults()`), evaluated on the monitor's loop; their events
-            go to the `monitor_async` logger, to `notify` and to every sink
-            with an `alert()` method. See docs/alerts.md.
-        notify: callables `fn(event)` (sync or `async def`) called with
-            every [`AlertEvent`][monitor_async.AlertEvent], off the poll path.
-        notify_timeout: seconds a notifier call may take before it counts
-            in `notify_errors` (default 10.0).
+        poll_timeout: seconds a poll may take, for a watch without its own
+            ``timeout`` (default ``None``: the watch's poll interval).
+        close_sinks: close the sinks at ``stop()`` (default ``False``: only flush them).
+        stop_timeout: seconds ``stop()``, ``flush()`` and ``close()`` wait for a
+            sink before giving it up with a warning (default 5.0).
+        thread_limit: worker threads for thread-offloaded ``stats()`` calls (default 8).
+        max_values: values kept per snapshot or push (default 10,000); the rest
+            are counted in ``values_dropped``.
+        batch_wait: seconds a background writer lets records gather before it
+            writes (default 0.25; ``0`` writes at once).
+        world: this process's place in a job ([World][monitor_async.distributed.World]);
+            default: [detected][monitor_async.distributed.world].
+        alerts: alert rules ([`Alert`][monitor_async.Alert], e.g. `Alert.defaults()`);
+            see [alerts](alerts.md).
+        notify: callables `fn(event)` (sync or `async def`) called with every
+            [`AlertEvent`][monitor_async.AlertEvent], off the poll path.
+        notify_timeout: seconds a notifier call may take (default 10.0).
 
     Raises:
         ConfigError: an option is out of range (the message names it).
@@ -246,10 +226,7 @@ class Monitor:
         return 2 * longest + (2 if self.close_sinks else 1) * self.stop_timeout + 4 * GRACE + 1.0
 
     def rearm(self) -> None:
-        """Lets the next ``stop()`` do its work again (final snapshots, drain, flush) without starting to poll.
-
-        What ``start()`` does in manual mode, for a facade that drives ``step()`` itself.
-        """
+        """Lets the next ``stop()`` do its work again without starting to poll (for a facade driving ``step()``)."""
         self._stopped = False
 
     @property
@@ -285,66 +262,44 @@ class Monitor:
         offload: Offload = "auto",
         reduce: Reduce | Mapping[str, str | Sequence[str]] | None = None,
     ) -> str:
-        """Registers ``target`` and returns its watch name. Works before and while running.
+        """Registers ``target`` and returns its watch name; works before and while running.
 
-        Each watch is polled by its own task every ``poll_interval`` seconds
-        (background mode) or at each ``step()``; its records reach every sink
-        in poll order. The target is never closed or changed by the monitor.
+        How targets are polled, scheduled and turned into rates is in
+        [the watching guide](watching.md).
 
         Args:
-            target: the object to poll: anything with a ``stats()`` method
-                (plain, ``async def``, or returning an awaitable), a Ray actor
-                handle, a ``multiprocessing`` manager proxy. ``None`` when
-                ``stats_fn`` is given.
-            name: the watch name, unique, which namespaces every key
-                (``"<name>/<metric>"``). Default: the target's lowercase class
-                name (the proxied or actor class for proxies and Ray handles;
-                ``stats_fn``'s name without a target), then ``_1``, ``_2``...
-            schedule: when a polled snapshot is logged:
-                [Every.seconds][monitor_async.Every.seconds] or [Every.counter][monitor_async.Every.counter] (TorchRL's
-                ``Every`` works too). Default ``None``: at every poll.
-            step: the snapshot key used as the record's step. A counter
-                schedule defaults it to its key; otherwise ``None`` (the sinks
-                number the records).
-            stats_fn: called instead of ``target.stats`` (e.g. a bound method
-                of another name, or a function with no target).
-            stats_kwargs: keyword arguments passed to every ``stats()`` call
-                (e.g. ``{"workers": "both"}`` for TorchRL's collectors).
-            rate_keys: cumulative counters to derive ``<key>_per_second``
-                rates from. Default: the known counters ``frames``,
-                ``batches``, ``write_count``, ``worker_frames``,
-                ``sample_calls``, ``samples_returned`` (TorchRL's rate names).
-            log_on_start: log the first poll (default). ``False``: the first
-                poll only records baselines, so the first record carries rates.
-            log_on_close: take a final snapshot at ``stop()`` (default).
-            poll_interval: this watch's seconds between polls (default: the
-                monitor's).
-            timeout: seconds a poll may take (default: ``poll_timeout``, else
-                the poll interval). A thread or Ray call that times out is
-                abandoned, and the target gets no new call until it returns.
-            offload: where a sync ``stats()`` runs: ``"inline"`` on the event
-                loop (cheapest), ``"thread"`` on a worker thread (anything that
-                may block), ``"auto"`` (default) inline unless the target is a
-                blocking proxy or its calls turn out slow (then it moves to a
-                thread once, with an info log).
-            reduce: ``{"loss": "mean", "frames": "sum", ...}`` (or a
-                [Reduce][monitor_async.distributed.Reduce]): given on every rank
-                of a job, the main rank also logs ``"<name>/all"`` with each key
-                reduced across the ranks (``sum``, ``mean``, ``min``, ``max``,
-                ``p50``, ``p90``, ``p99``), ``ranks`` (snapshots that went in)
-                and ``stale`` (ranks left out). With a list of targets the
-                reduction is over the group, in this process: members are
-                ``"<name>/0"``... and the count is ``targets``. See
-                ``monitor_async.distributed``.
+            target: an object with a ``stats()`` method (plain, ``async def`` or
+                returning an awaitable), a Ray actor handle or a manager proxy;
+                ``None`` when ``stats_fn`` is given.
+            name: the watch name, unique, prefixing every key (``"<name>/<metric>"``).
+                Default: the target's lowercase class name, numbered ``_1``, ``_2``...
+            schedule: when a snapshot is logged: [Every.seconds][monitor_async.Every.seconds]
+                or [Every.counter][monitor_async.Every.counter]. Default ``None``: every poll.
+            step: the snapshot key used as the record's step (default: a counter
+                schedule's key, else ``None``).
+            stats_fn: called instead of ``target.stats``.
+            stats_kwargs: keyword arguments of every ``stats()`` call.
+            rate_keys: counters to derive ``<key>_per_second`` from (default:
+                TorchRL's counters, see [rates](watching.md#rates)).
+            log_on_start: log the first poll (default ``True``; ``False``: it only
+                records baselines).
+            log_on_close: take a final snapshot at ``stop()`` (default ``True``).
+            poll_interval: seconds between polls (default: the monitor's).
+            timeout: seconds a poll may take (default: ``poll_timeout``, else the
+                poll interval).
+            offload: where a sync ``stats()`` runs: ``"inline"``, ``"thread"`` or
+                ``"auto"`` (default; see [what can be watched](watching.md#what-can-be-watched)).
+            reduce: ``{"loss": "mean", ...}`` or a [Reduce][monitor_async.distributed.Reduce]:
+                also log ``"<name>/all"`` reduced across ranks, or over a list of
+                targets ([reductions](distributed.md#reductions)).
 
         Returns:
             The watch name.
 
         Raises:
-            ConfigError: a duplicate name (or one given to ``log()``), or an
-                option out of range; nothing is registered.
-            WatchTypeError: there is nothing to call (no ``stats()``, no
-                ``stats_fn``).
+            ConfigError: a duplicate name (or one given to ``log()``), or an option
+                out of range; nothing is registered.
+            WatchTypeError: there is nothing to call (no ``stats()``, no ``stats_fn``).
 
         Examples:
             >>> import asyncio
@@ -431,13 +386,10 @@ class Monitor:
     def _watch_reduced(
         self, target: Any, reduce: Reduce | Mapping[str, Any], name: str | None, options: dict[str, Any]
     ) -> str:
-        """``watch(target, reduce=...)``: the member watches, and on the main rank the ``"<name>/all"`` one.
+        """``watch(target, reduce=...)``: the member watches, and (group, or main rank) ``"<name>/all"``.
 
-        A list or tuple ``target`` is a group in this process: members are
-        watched as ``"<name>/0"``, ``"<name>/1"``... and reduced into
-        ``"<name>/all"`` (count key ``targets``). A single target is reduced
-        across the job's ranks (count key ``ranks``); only the main rank adds
-        ``"<name>/all"``. Returns the watch name (``unwatch`` it to remove all).
+        A list or tuple is a group in this process (members ``"<name>/0"``...,
+        count key ``targets``); a single target is reduced across ranks (count key ``ranks``).
         """
         spec = Reduce.of(reduce, name)
         interval = float(options.get("poll_interval") or self.poll_interval)
@@ -488,11 +440,10 @@ class Monitor:
         return base
 
     def unwatch(self, name: str) -> None:
-        """Stops polling the named target (the target itself is left alone); a reduced watch goes whole.
+        """Stops polling the named target, leaving the target alone; a reduced watch goes whole.
 
-        A ``stats()`` call of the watch still running on a worker thread is
-        abandoned (counted in ``calls_abandoned``): its thread slot goes to the
-        other watches at once.
+        A ``stats()`` call still running on a worker thread is abandoned (counted
+        in ``calls_abandoned``) and its thread slot freed.
         """
         linked = self._linked.pop(name, [])
         for other in linked:
@@ -577,29 +528,17 @@ class Monitor:
 
     # ------------------------------------------------------------- pushed values
     def log(self, name: str, metrics: Mapping[str, Any], *, step: int | None = None) -> None:
-        """Pushes values from your own loop: they become a record named ``name``, written to every sink.
+        """Pushes values from your own loop as a record named ``name``, written to every sink.
 
-        Safe from any thread and from the monitor's loop; it never blocks and
-        never raises on what it is given: the mapping is copied, nested
-        mappings included, and queued (about a microsecond), and made into a record on the monitor's
-        loop with the same flattening, coercion and counting as a polled
-        snapshot (keys ``"<name>/<metric>"``; non-numeric values left out and
-        counted in ``values_dropped``; a push that is not a mapping is an
-        error of that push, reported through ``on_error``). While the monitor
-        runs, pushes are made into records within about 20 ms; otherwise at the
-        next ``step()``, ``flush()`` or ``stop()``, each of which writes
-        everything pushed before it. At most ``queue_size`` pushes wait; past
-        that the oldest are dropped and counted in ``log_dropped``.
+        Safe from any thread, never blocks, never raises on what it is given; what
+        it promises is in [the pushing guide](pushing.md#what-it-guarantees).
 
         Args:
-            name: the record's name, and the namespace of its keys. It must not
-                be the name of a watch (``ConfigError``: two sources would share
-                one chart namespace and, in TensorBoard and wandb, one x-axis).
-            metrics: a mapping of numbers; nested mappings are flattened with
-                ``/``. It is copied whole, so you may reuse it (and what it nests) at once.
-            step: the record's step (an int: TensorBoard's ``global_step``,
-                wandb's and MLflow's step), or ``None`` for the sinks to number
-                the records of ``name`` themselves.
+            name: the record's name and the prefix of its keys; not the name of a watch.
+            metrics: a mapping of numbers, nested mappings flattened with ``/``;
+                copied whole at the call.
+            step: the record's step (an int), or ``None`` for the sinks to number
+                the records of ``name``.
 
         Raises:
             ConfigError: ``name`` is the name of a watch.
@@ -639,13 +578,11 @@ class Monitor:
 
     # --------------------------------------------------------------- manual mode
     async def step(self) -> dict[str, dict[str, float]]:
-        """Polls every target once, writes what is due to every sink, returns it.
+        """Polls every target once, writes what is due to every sink, and returns it.
 
-        Returns ``{watch name: {"<name>/<metric>": value}}`` for the targets
-        that logged. Sinks have written the records when it returns (each
-        sink in a task of its own, all at once). An awaitable ``stats()`` is
-        awaited under its watch's timeout. With ``on_error="raise"`` the first
-        failure is raised after the others were polled and written.
+        Returns ``{watch name: {"<name>/<metric>": value}}`` of the targets that
+        logged, once every sink has written them. With ``on_error="raise"`` the
+        first failure is raised after the others were polled and written.
         """
         self._pushes.drain()
         if self._loop is None:
@@ -682,9 +619,7 @@ class Monitor:
     async def flush(self) -> None:
         """Writes every queued record, then flushes every sink; returns within about ``stop_timeout``.
 
-        A sink that does not write what was queued within ``stop_timeout``
-        seconds (hung) is not flushed; its records stay queued, with a
-        warning. Every sink is waited for at once.
+        A sink that does not write its queue in time is not flushed; its records stay queued, with a warning.
         """
         self._pushes.drain()
         loop = asyncio.get_running_loop()
@@ -704,11 +639,9 @@ class Monitor:
 
     # ------------------------------------------------------------ background mode
     async def start(self) -> Monitor:
-        """Starts background polling on the running loop; each target is polled now, then every interval.
+        """Starts background polling on the running loop: each target now, then every interval.
 
-        More than 256 targets with one interval are polled in groups of 256:
-        the first now, each next one ``interval / 64`` later, so that a crowd's
-        polls are spread over the interval instead of making one burst.
+        More than 256 targets of one interval start in groups of 256, ``interval / 64`` apart.
         """
         if self._loop is not None and _gone(self._loop):
             self._forget_loop()  # the last loop ended without stop(): start afresh on this one
@@ -747,23 +680,13 @@ class Monitor:
     async def stop(self, *, log_final: bool | None = None) -> None:
         """Stops polling, logs final snapshots, drains every queue and flushes every sink.
 
-        A final snapshot is taken of each watch whose ``log_on_close`` holds
-        (``log_final`` overrides). Returns within about ``stop_timeout`` plus
-        twice the longest watch timeout, whatever hangs, even a ``stats()``
-        or a sink that ignores its cancellation: a target that does not
-        answer in time loses its final snapshot, a sink that does not drain
-        within ``stop_timeout`` is abandoned (what it still held counted in
-        ``sink/<label>/abandoned``), both with a warning. With
-        ``close_sinks=True``, closing the sinks gets another ``stop_timeout``.
-        A second call is a no-op, unless the first was cancelled half way: it
-        then finishes the job. With ``on_error="raise"`` the first error is
-        raised here unless it was raised already. Everything pushed with
-        ``log()`` before the call is written.
+        Returns in bounded time whatever hangs ([bounded stop](guarantees.md#bounded-stop-test_bounded_stoppy));
+        a second call is a no-op unless the first was cancelled half way. With
+        ``on_error="raise"`` the first error is raised here unless it was already.
 
         Args:
             log_final: take a final snapshot of every watch (``True``), of none
-                (``False``), or of those whose ``log_on_close`` holds (``None``,
-                the default).
+                (``False``), or of those whose ``log_on_close`` holds (``None``, default).
         """
         if self._loop is not None and _gone(self._loop):
             self._forget_loop()
@@ -896,20 +819,7 @@ class Monitor:
     def stats(self) -> dict[str, float]:
         """The monitor's own counters, flat, so a monitor can watch itself.
 
-        Keys: ``polls``, ``polls_failed``, ``polls_timed_out``, ``polls_missed``,
-        ``records``, ``values_dropped``, ``watches``, ``targets_dead`` (dead
-        targets polled with backoff now), ``targets_died`` (deaths so far), ``log_dropped`` (pushes that never
-        became a record), ``calls_abandoned`` (calls still running on a thread
-        when their watch was removed) and,
-        per sink label, ``sink/<label>/queued`` (records waiting now),
-        ``written``, ``dropped`` (pushed out of a full queue, or lost with a
-        failed write), ``abandoned`` (given up on at ``stop()``: the sink
-        hung), ``delivered`` (every record handed to the sink), ``errors`` and
-        ``write_seconds``; ``loop_lag_max`` (the longest the event loop ran
-        late, seconds), ``alerts_firing`` (alerts firing now), ``alerts_fired``
-        (events that fired so far), ``notify_errors`` (notifier calls that
-        raised or passed ``notify_timeout``) and ``notify_skipped`` (events a
-        still-busy notifier did not get).
+        The keys are listed in [the counters](errors.md#the-monitors-own-counters).
         """
         c = self._counters
         out = {
