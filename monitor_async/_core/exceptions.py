@@ -1,26 +1,7 @@
-"""The exceptions monitor-async raises, in one tree.
+"""The exceptions monitor-async raises, in one tree under [MonitorError][monitor_async.MonitorError].
 
-Catch [MonitorError][monitor_async.MonitorError] for "anything monitor-async raised", or one
-precise case. Each class also inherits the builtin that was raised before it
-existed, so ``except ValueError`` / ``except RuntimeError`` keep working::
-
-    MonitorError
-    ├── ConfigError(ValueError)          a bad option of Monitor, watch() or Every
-    ├── SinkTypeError(TypeError)         something passed as a sink that is not one
-    ├── WatchTypeError(TypeError)        a target with nothing to call (no stats(), no stats_fn)
-    ├── MonitorClosedError(RuntimeError) a closed SyncMonitor used again
-    ├── RunNotFoundError(FileNotFoundError)  a folder given to show/plot/tail/export holds no run
-    ├── PollError                        one poll of one watch failed
-    │   ├── StatsTypeError(TypeError)    stats() returned something that is not a mapping
-    │   ├── StatsCycleError(ValueError)  stats() returned a mapping that contains itself
-    │   └── PollTimeoutError(TimeoutError)  stats() did not answer within the watch's timeout
-    └── SinkError                        a sink failed
-        ├── SinkClosedError(RuntimeError)   a closed sink was written to or opened
-        ├── PartialWriteError               a sink stored a batch but for some of its records
-        └── DeliveryError                   a network sink could not deliver a batch (status, retryable)
-
-Errors raised *by user code* (a target's ``stats()``, a sink's ``write``)
-reach ``on_error="raise"`` callers as they were raised, not wrapped.
+Each also inherits the builtin it stands for (``ConfigError`` is a
+``ValueError``...); the tree is in [errors](errors.md#exceptions-monitor-async-raises).
 
 Examples:
     >>> from monitor_async import Monitor, MonitorError
@@ -100,12 +81,7 @@ class SinkClosedError(SinkError, RuntimeError):
 
 
 class PartialWriteError(SinkError):
-    """A sink stored a batch except ``failed`` of its records: the channel counts only those as dropped.
-
-    Raised by a sink's ``write`` after it wrote every record it could, so that
-    one record the backend cannot store (a step TensorBoard cannot encode)
-    costs that record only, and ``sink/<label>/written`` says what reached
-    the backend.
+    """A sink stored a batch except ``failed`` of its records: only those count as dropped.
 
     Args:
         message: what failed, naming the sink and the first record's error.
@@ -130,20 +106,15 @@ def _retryable(status: int | None) -> bool:
 class DeliveryError(SinkError):
     """A network sink could not deliver a batch; says whether trying again may help.
 
-    Network sinks (``MLflowSink``, ``OTLPSink``, ``RaySink``, or a sink built
-    on ``ResilientSink``) raise it, or take it from their ``send`` hook, to say
-    how a delivery failed. Retried later: no reply (``status=None``), 408,
-    429 and 5xx. Never retried: any other status (a 4xx is the server
-    refusing the batch).
+    Retried: no reply (``status=None``), 408, 429 and 5xx; any other status is a refusal.
 
     Args:
-        message: what failed, naming the sink, the status and the server's own message.
-        status: the HTTP status of the reply, or ``None`` when there was no reply.
+        message: what failed, naming the sink, the status and the server's message.
+        status: the HTTP status of the reply, or ``None`` without a reply.
         retry_after: seconds the server asked to wait (``Retry-After``), or ``None``.
-        retryable: whether to try again; by default from ``status`` as above.
-        sent: whether the request may have reached the server although no reply
-            came back (a read timeout, a reset connection): sending it again may
-            make a duplicate.
+        retryable: whether to try again (default: from ``status``).
+        sent: whether the request may have reached the server without a reply
+            coming back (resending may duplicate it).
 
     Examples:
         >>> from monitor_async import DeliveryError

@@ -1,11 +1,4 @@
-"""What the monitor accepts as a sink, and LoggerSink: a legacy logger (TorchRL or AgileRL style) as a sink.
-
-``as_sink`` checks each sink when the monitor is built: a sink (an
-``async def write``, also behind a decorator that kept ``__wrapped__``) is
-used as is, a legacy logger is wrapped in [LoggerSink][monitor_async.LoggerSink], anything else
-(a class instead of an instance, a file or stream, a path) raises
-``SinkTypeError`` naming what was passed.
-"""
+"""What the monitor accepts as a sink, and [LoggerSink][monitor_async.LoggerSink] for legacy loggers."""
 
 from __future__ import annotations
 
@@ -83,8 +76,8 @@ def _refuse_non_instances(obj: object) -> None:
 def as_sink(obj: object) -> Any:
     """``obj`` as a sink: itself when it has an async ``write``, else wrapped in [LoggerSink][monitor_async.LoggerSink].
 
-    Raises ``SinkTypeError`` (a ``TypeError``) naming ``obj`` when it is a
-    class, a file or stream, a path, or neither a sink nor a logger.
+    Raises ``SinkTypeError`` naming ``obj`` when it is a class, a file or
+    stream, a path, or neither a sink nor a logger.
     """
     _refuse_non_instances(obj)
     if is_async_callable(getattr(obj, "write", None)):
@@ -104,12 +97,8 @@ def _discard(pending: list[Awaitable[Any]]) -> None:
 class Report:
     """What an AgileRL-style ``logger.write(report)`` receives: one wide row of the run.
 
-    ``to_dict()`` holds every key of the sink's fixed key set (see
-    [LoggerSink][monitor_async.LoggerSink]): each watch's and pushed name's
-    latest values, ``"<name>/step"`` where a step is known, and
-    ``"train/global_step"``; a value not measured yet is NaN.
-    ``to_nonscalar_dict()`` is empty; ``str(report)`` is a small readable
-    table; ``records`` are the records that arrived since the previous report.
+    ``to_dict()`` holds the sink's fixed key set ([the rule](integrations/agilerl.md#the-rule));
+    ``to_nonscalar_dict()`` is empty; ``records`` are those since the previous report.
 
     Args:
         metrics: the report's values, in column order.
@@ -153,14 +142,9 @@ _HOLD = 64
 class WideReports:
     """Turns the records a sink receives into wide reports under one fixed key set (AgileRL's loggers).
 
-    The rule, documented in docs/sinks.md: a report is made at the end of
-    each batch, and before a name's second record in one batch would hide
-    its first (so every value is in a report). Reports are held until the
-    name that reported first reports again (every watch has been polled and
-    the training loop has pushed), or until ``flush``; then the key set is
-    fixed: every key seen, the rate keys of TorchRL's counters present, and
-    ``keys``. A key that appears after that is warned about once and left
-    out (counted), or added with ``grow=True``.
+    Implements [the rule](integrations/agilerl.md#the-rule): a report per batch,
+    held until the first name reports again; later keys are warned about and
+    left out, or added with ``grow``.
 
     Args:
         label: the sink's label, for the warning.
@@ -276,48 +260,25 @@ class WideReports:
 
 
 class LoggerSink(ThreadedSink):
-    """Adapts a legacy logger; a blocking one's calls run on the sink's worker thread, in order.
+    """Adapts a TorchRL (``log_metrics``/``log_scalar``) or AgileRL (``write(report)``) logger as a sink.
 
-    - TorchRL style: ``log_metrics(metrics, step=step)`` when the logger has
-      it, else one ``log_scalar(name, value, step=step)`` per value, for
-      each record.
-    - AgileRL style: ``write(report)`` with a `Report`:
-      one wide row holding every watch's and pushed name's latest values
-      under a key set fixed for the whole run, so a fixed-header logger
-      (AgileRL's `CSVLogger`) takes every report. A report is made per batch
-      the sink receives (per ``step()`` in manual mode), and before a name's
-      second record in one batch would hide its first. Reports are held until
-      the name that reported first reports again, or the next ``flush()``;
-      the key set is then every key seen, the rate keys of TorchRL's counters
-      present (``frames_per_second``...), ``"<name>/step"`` keys and
-      ``"train/global_step"`` (1, 2, 3... per report, unless a record has
-      that key); a value not measured yet is NaN. A key that appears later is
-      warned about once and left out, counted in
-      ``monitor.stats()["sink/<label>/values_left_out"]`` (``keys`` names
-      keys ahead; ``grow=True`` adds them instead, for loggers that take new
-      keys such as AgileRL's `TensorboardLogger`).
-
-    When the logger's method is a coroutine function (``async def``), it is
-    called on the monitor's loop and awaited, in order; when a plain method
-    returns an awaitable, that is awaited on the loop too. A record counts as
-    written only once its call (and what it returned) completed.
-    ``flush()`` writes the held reports, then calls the logger's ``flush()``
-    when it has one; ``close()`` never closes the user's logger (it is not ours).
+    A blocking logger's calls run on the sink's worker thread, in order; an
+    ``async def`` one is awaited on the loop. The user's logger is flushed,
+    never closed. How ``write(report)`` rows are built is in
+    [AgileRL's loggers](integrations/agilerl.md#the-rule).
 
     Args:
         logger: the logger to adapt.
-        name: the sink's label in ``Monitor.stats()``; default: the logger's
-            lowercase class name (``"csvlogger"``).
-        ranks: in a distributed job, ``"all"`` (default) or ``"main"`` (rank
-            0 only), as for every sink.
-        keys: for ``write(report)`` loggers, full keys (``"learner/loss"``)
-            to put in the key set even when they first appear late.
-        grow: for ``write(report)`` loggers, add keys that appear after the
-            key set was fixed instead of leaving them out.
+        name: the sink's label in ``Monitor.stats()`` (default: the logger's
+            lowercase class name, ``"csvlogger"``).
+        ranks: ``"all"`` (default) or ``"main"`` (rank 0 only), as for every sink.
+        keys: for ``write(report)`` loggers, full keys (``"learner/loss"``) in
+            the key set even when they first appear late.
+        grow: for ``write(report)`` loggers, add late keys instead of leaving them out.
 
     Raises:
-        SinkTypeError: ``logger`` is a class, a file or stream, a path, or
-            has none of the methods above.
+        SinkTypeError: ``logger`` is a class, a file or stream, a path, or has
+            none of the methods above.
 
     Examples:
         >>> class PrintLogger:

@@ -1,13 +1,8 @@
 """Daemon worker threads for blocking calls: thread-offloaded ``stats()`` and blocking sinks.
 
-Why not ``anyio.to_thread`` (with a ``CapacityLimiter``) or
-``concurrent.futures.ThreadPoolExecutor``: their workers are not daemon
-threads, and the executor joins them at interpreter exit, so one ``stats()``
-call hung on a dead manager, a stuck lock or a lost socket would keep the
-whole program from exiting. Here every worker is a daemon thread, a call
-that times out can be *abandoned* (its worker stops counting against the
-limit, so a hung target never starves the others), and the futures are plain
-``concurrent.futures.Future`` objects that any event loop can await.
+Not ``anyio.to_thread`` or ``ThreadPoolExecutor``: their workers are joined
+at interpreter exit, so one hung call would keep the program from exiting.
+Here workers are daemon threads and a timed-out call can be abandoned.
 """
 
 from __future__ import annotations
@@ -35,9 +30,8 @@ _FOREIGN = (KeyboardInterrupt, SystemExit, asyncio.CancelledError)
 class RaisedOnThread(Exception):
     """A ``KeyboardInterrupt``, ``SystemExit`` or ``CancelledError`` raised by a call on a worker thread.
 
-    The call's future carries this instead of the original (``original``, also
-    its ``__cause__``), so the loop that awaits it sees an ordinary failure of
-    that call: not a Ctrl-C of its own thread, not an exit, not a cancel.
+    The future carries this (``original`` is also its ``__cause__``) so the
+    awaiting loop sees an ordinary failure of that call.
     """
 
     def __init__(self, original: BaseException, thread: str) -> None:
@@ -55,24 +49,11 @@ class RaisedOnThread(Exception):
 class WorkerPool:
     """Runs callables on at most ``limit`` daemon threads, first in, first out.
 
-    Guarantees:
-        - At most ``limit`` threads run calls that have not been abandoned;
-          threads are started on demand and leave after 10 s idle, or at once
-          after ``retire`` (a stopped monitor keeps no idle thread).
-        - Calls start in submission order. With ``limit=1`` they run one at a
-          time, in order, on one thread: the guarantee blocking sinks rely on
-          (they never abandon a call).
-        - ``abandon`` gives up on a call: a call still queued is cancelled
-          and never runs; a running one keeps its thread (threads cannot be
-          cancelled) but that thread no longer counts, so queued calls get a
-          fresh thread. When the abandoned call returns, its thread rejoins
-          the pool if there is room, else it ends.
-        - Every worker is a daemon thread: a call that never returns does not
-          block interpreter exit.
-        - A call that raises ``KeyboardInterrupt``, ``SystemExit`` or
-          ``CancelledError`` completes its future with ``RaisedOnThread``
-          (none of them means anything to the loop that awaits it); the worker
-          thread carries on.
+    Threads start on demand and leave after 10 s idle, or at ``retire``. With
+    ``limit=1`` calls run one at a time in order (blocking sinks rely on it).
+    ``abandon`` cancels a queued call, or stops counting a running one's
+    thread against ``limit``. A base exception of a call completes its future
+    with `RaisedOnThread`.
 
     Examples:
         >>> pool = WorkerPool(2, "example")
@@ -110,11 +91,9 @@ class WorkerPool:
         return fut
 
     def retire(self) -> list[threading.Thread]:
-        """Lets the idle threads end now, and busy ones as soon as their call returns.
+        """Lets the idle threads end now, busy ones when their call returns; returns those not inside a call.
 
-        Returns the threads that are not inside a call: they end promptly, so
-        a caller may join them (a thread inside a hung call cannot be). A
-        later ``submit`` starts threads again as needed.
+        A later ``submit`` starts threads again.
         """
         with self._cond:
             self._retiring = True
@@ -189,15 +168,11 @@ class WorkerPool:
 
 
 class PoolExecutor(ThreadPoolExecutor):
-    """An executor on a ``WorkerPool``: the default executor of a loop of ours.
+    """An executor on a ``WorkerPool``: the default executor of a loop of ours (aiofiles' file sinks).
 
-    File sinks write through their loop's default executor (aiofiles). Unlike
-    a plain ``ThreadPoolExecutor``, whose threads the interpreter joins at
-    exit and whose ``shutdown(wait=True)`` waits for a hung call forever,
-    these are daemon threads, and ``shutdown`` lets the idle ones end and
-    joins them within ``join_timeout`` seconds, leaving a hung one behind.
-    (A subclass only because ``loop.set_default_executor`` accepts nothing
-    else; none of the base class's threads or queues is used.)
+    Its threads are daemons and ``shutdown`` joins the idle ones within
+    ``join_timeout``, leaving a hung one behind. A subclass only because
+    ``loop.set_default_executor`` accepts nothing else.
     """
 
     def __init__(self, limit: int, name: str, join_timeout: float = 1.0) -> None:
@@ -230,11 +205,8 @@ def join_all(threads: Iterable[threading.Thread], timeout: float) -> None:
 def wait_future(fut: Future[T]) -> asyncio.Future[T]:
     """An asyncio future on the running loop that completes when ``fut`` does.
 
-    Cancelling the returned future (a poll timing out) leaves ``fut`` alone:
-    unlike ``asyncio.wrap_future`` there is no cancellation to shield against,
-    so a queued call is only ever cancelled on purpose by
-    ``WorkerPool.abandon``. A ``fut`` that completes after the loop closed
-    (a hung call returning at interpreter exit) is dropped quietly.
+    Cancelling it leaves ``fut`` alone (only ``WorkerPool.abandon`` cancels a
+    queued call); a result after the loop closed is dropped quietly.
     """
     loop = asyncio.get_running_loop()
     waiter: asyncio.Future[T] = loop.create_future()

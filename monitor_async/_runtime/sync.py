@@ -1,11 +1,9 @@
 """The sync facade: the async Monitor on an event loop in a background thread.
 
-The loop runs in a daemon thread behind an anyio blocking portal
-(``LoopThread``); every sync call makes one round
-trip into that loop. With ``background=False`` nothing polls until
-``step()``, which then drives a private loop in the caller's thread (cheaper
-than a cross-thread round trip) when no loop runs there
-(``PrivateLoop``).
+``LoopThread`` runs the loop in a daemon thread behind an anyio blocking
+portal; each sync call is one round trip into it. With ``background=False``,
+``step()`` drives a ``PrivateLoop`` in the caller's thread instead, which is
+cheaper than a cross-thread round trip.
 """
 
 from __future__ import annotations
@@ -37,44 +35,16 @@ T = TypeVar("T")
 class SyncMonitor:
     """A [Monitor][monitor_async.Monitor] for code that is not async. Safe to call from any thread.
 
-    Guarantees:
-        - ``background=True``: ``start()`` (or ``with``) polls every target on
-          its own task in a daemon loop thread; ``stop()``/``close()`` stop it,
-          log final snapshots, drain and flush the sinks, and end the thread,
-          all within a bounded time, from any thread, even while another
-          thread's ``step()`` is stuck on a hung sink. A monitor left running
-          does not keep the interpreter alive; when the main thread ends it is
-          stopped (bounded), its final snapshots written and the files flushed.
-        - ``background=False``: nothing runs until ``step()``, which drives the
-          loop in the calling thread; a ``KeyboardInterrupt`` raised there
-          (Ctrl-C) propagates from ``step()`` as Python would deliver it, and
-          the monitor stays usable and stoppable.
-        - ``step()`` returns ``{watch: {"<watch>/<metric>": value}}`` for the
-          targets that logged, after the sinks have written them.
-        - ``start()`` after ``stop()`` starts again, any number of times.
-          ``stop()`` is idempotent: a ``with`` block after an explicit
-          ``stop()`` logs nothing more.
-        - ``close()`` stops, then joins the monitor's threads (its loop thread,
-          the worker threads of thread-offloaded targets and wrapped loggers,
-          the executor threads behind file sinks); a thread stuck in a call
-          that never returns is left behind, as threads cannot be killed. A
-          closed monitor refuses ``start()``, ``step()``, ``watch()``,
-          ``unwatch()`` and ``flush()`` with [MonitorClosedError][monitor_async.MonitorClosedError].
-        - Calling it from its own loop thread (e.g. from an ``async def
-          stats()``) raises ``RuntimeError`` instead of deadlocking.
-        - A background monitor given watches that is never started warns
-          when it is garbage-collected or the interpreter exits.
+    With ``background=True`` a daemon loop thread polls once started; with
+    ``background=False`` nothing runs until ``step()``, in the calling thread.
+    What holds across threads, stops, restarts and ``close()`` is in
+    [the guarantees](guarantees.md#thread-safety-of-syncmonitor-test_sync_threadspy).
 
     Args:
         sinks: the sinks, as for [Monitor][monitor_async.Monitor].
         background: ``True`` (default): ``start()`` or ``with`` polls in a
-            daemon loop thread. ``False``: nothing polls until ``step()``,
-            which runs in the calling thread.
-        **options: every keyword option of [Monitor][monitor_async.Monitor]
-            (``poll_interval``, ``on_error``, ``queue_size``, ``max_batch``,
-            ``poll_timeout``, ``close_sinks``, ``stop_timeout``,
-            ``thread_limit``, ``max_values``, ``batch_wait``, ``world``,
-            ``alerts``, ``notify``, ``notify_timeout``).
+            daemon loop thread. ``False``: only ``step()`` polls.
+        **options: every keyword option of [Monitor][monitor_async.Monitor].
 
     Examples:
         >>> from monitor_async import SyncMonitor
@@ -151,10 +121,7 @@ class SyncMonitor:
             return thread
 
     def _run(self, fn: Callable[[], Awaitable[T]], limit: float | None = None) -> T:
-        """Runs ``await fn()`` on the monitor's loop: the loop thread's, or the private one.
-
-        ``limit``: seconds to wait for the result (``LoopBusy`` after).
-        """
+        """Runs ``await fn()`` on the monitor's loop (the loop thread's or the private one); ``LoopBusy`` after ``limit`` s."""
         self._guard()
         thread = self._loop_thread(self.background or loop_running_here())
         if thread is not None:
@@ -179,15 +146,11 @@ class SyncMonitor:
 
     # ----------------------------------------------------------------- public API
     def watch(self, target: Any = None, **options: Unpack[WatchOptions]) -> str:
-        """Registers a target and returns its watch name; the options are [Monitor.watch][monitor_async.Monitor.watch]'s.
+        """Registers a target and returns its watch name.
 
         Args:
-            target: the object to poll (anything with ``stats()``, a Ray actor
-                handle, a manager proxy), or ``None`` with ``stats_fn=``.
-            **options: ``name``, ``schedule``, ``step``, ``stats_fn``,
-                ``stats_kwargs``, ``rate_keys``, ``log_on_start``,
-                ``log_on_close``, ``poll_interval``, ``timeout``, ``offload``,
-                ``reduce``: see [Monitor.watch][monitor_async.Monitor.watch].
+            target: the object to poll, or ``None`` with ``stats_fn=``.
+            **options: the options of [Monitor.watch][monitor_async.Monitor.watch].
 
         Raises:
             MonitorClosedError: the monitor was closed.
@@ -196,16 +159,10 @@ class SyncMonitor:
         return self._call(functools.partial(self.monitor.watch, target, **options))
 
     def log(self, name: str, metrics: Mapping[str, Any], *, step: int | None = None) -> None:
-        """Pushes values from your own loop, from any thread, without waiting for the monitor's loop.
-
-        The mapping is copied (nested mappings too) and queued (about a
-        microsecond on the calling thread); the monitor's loop makes it a record named ``name``
-        and writes it to every sink, like a polled snapshot. Everything pushed
-        before ``stop()``, ``close()`` or the end of a ``with`` block is written
-        by the time it returns. See [Monitor.log][monitor_async.Monitor.log].
+        """Pushes values from any thread without waiting for the loop; see [Monitor.log][monitor_async.Monitor.log].
 
         Args:
-            name: the record's name and key namespace (not a watch's name).
+            name: the record's name and key prefix (not a watch's name).
             metrics: a mapping of numbers (nested mappings flattened with ``/``).
             step: the record's step, or ``None`` for the sinks to number them.
 
@@ -276,11 +233,9 @@ class SyncMonitor:
     def stop(self, *, log_final: bool | None = None) -> None:
         """Stops polling, logs final snapshots once, drains and flushes; ends the loop thread.
 
-        Returns within about ``stop_timeout`` plus twice the longest watch
-        timeout, from any thread; a no-op after ``close()``. When something
-        blocks the loop itself (a sync call inline on it), it gives up with a
-        warning and leaves the monitor on that loop: a later ``stop()`` or
-        ``close()`` finishes once the loop is free.
+        Bounded from any thread ([bounded stop](guarantees.md#bounded-stop-test_bounded_stoppy));
+        a no-op after ``close()``. If the loop itself is blocked, it gives up with a
+        warning; a later ``stop()`` or ``close()`` finishes once the loop is free.
         """
         self._guard()
         if self._closed:
@@ -356,19 +311,15 @@ class SyncMonitor:
 class LoggerMonitor(SyncMonitor):
     """[SyncMonitor][monitor_async.SyncMonitor] under TorchRL's name and signature: a drop-in replacement.
 
-    ``LoggerMonitor(logger, *, poll_interval=1.0, background=True, on_error="warn")``
-    (``logger=`` works too) accepts a TorchRL logger (``log_metrics``/``log_scalar``),
-    an AgileRL-style logger, a monitor-async sink, or a list of them. A script
-    using ``torchrl.record.loggers.monitoring.LoggerMonitor`` switches by
-    changing its import.
+    A script using ``torchrl.record.loggers.monitoring.LoggerMonitor`` switches
+    by changing its import ([coming from TorchRL](torchrl.md)).
 
     Args:
-        logger: a TorchRL or AgileRL logger, a sink, or a list of them.
+        logger: a TorchRL or AgileRL logger, a sink, or a list of them (``logger=`` works too).
         poll_interval: seconds between two polls of a watch (default 1.0).
-        background: poll in a daemon loop thread once started (default), or
-            only at ``step()`` (``False``).
-        on_error: ``"warn"`` (default), ``"ignore"`` or ``"raise"``, as for
-            [Monitor][monitor_async.Monitor].
+        background: poll in a daemon loop thread once started (default ``True``),
+            or only at ``step()``.
+        on_error: ``"warn"`` (default), ``"ignore"`` or ``"raise"``.
         **options: any other keyword option of [Monitor][monitor_async.Monitor].
 
     Examples:
