@@ -20,11 +20,9 @@ PENDING = 10_000
 def wide_rows(entries: Iterable[Entry]) -> Iterator[dict[str, float | int | str]]:
     """The merged rows, streamed: records of one watch and launch that follow each other with one step become one row.
 
-    Records of one watch with the same step (or, without a step, the same
-    time), one after the other in that watch's records, become one row; a
-    later record's values win, and the row keeps the later time. A row is
-    handed on once its watch moves to another step; rows come in the order
-    they began.
+    Without a step, the same time merges; later values win and the row keeps
+    the later time. A row is handed on once its watch moves on; rows come in
+    the order they began.
 
     Args:
         entries: the run's ``(launch, item)`` entries, in time order.
@@ -74,14 +72,8 @@ def columns(entries: Iterable[Entry]) -> tuple[list[str], int]:
 def write_wide(records: Iterable[Record] | Run, out: TextIO, *, watches: set[str] | None = None) -> int:
     """Writes a run (or records) to ``out`` as a wide CSV; returns the number of rows.
 
-    Columns: ``launch`` (only when a file holds more than one launch: 1, 2...),
-    ``watch``, ``step`` (empty when the watch has none), ``time`` (unix
-    seconds), then one column per metric key (``"<watch>/<metric>"``, so
-    two watches' ``batches`` never collide), empty where a row has no value.
-    Values are written with ``repr``, so they read back exactly. This is
-    the shape AgileRL's CSV logger writes and ``pandas.read_csv`` reads. A
-    [Run][monitor_async._cli.runs.Run] is read twice (columns, then rows),
-    streamed: memory grows with the metrics, not the records.
+    The columns and the merge rule are in [export --wide](cli.md#export-wide).
+    A [Run][monitor_async._cli.runs.Run] is read twice (columns, then rows), streamed.
 
     Args:
         records: the run, or its records in time order.

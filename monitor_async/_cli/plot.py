@@ -1,9 +1,7 @@
-"""``monitor-async plot``: a PNG of a run, one panel per metric, grouped by watch (matplotlib, Agg).
+"""``monitor-async plot``: a PNG of a run, one panel per metric, grouped by watch.
 
-matplotlib is an optional extra (``pip install "monitor-async[plot]"`` or
-``pip install matplotlib``), imported only when a plot is drawn. The figure
-is drawn on a ``Figure`` with the Agg canvas, never through ``pyplot``, so it
-needs no display and touches no global matplotlib state.
+matplotlib (the ``[plot]`` extra) is imported only when a plot is drawn, on
+a ``Figure`` with the Agg canvas, never ``pyplot``: no display, no global state.
 """
 
 from __future__ import annotations
@@ -41,10 +39,9 @@ MAX_PAGES = 8
 
 @dataclass
 class Panel:
-    """One metric of one watch: its points, against step or against seconds since the run began.
+    """One metric of one watch: its points against step or seconds since the run began.
 
-    ``breaks`` holds the indexes where a new launch of the file begins (the
-    line is drawn apart there); ``times`` the wall time of each point.
+    ``breaks``: indexes where a new launch begins (the line is drawn apart); ``times``: each point's wall time.
     """
 
     watch: str
@@ -116,17 +113,14 @@ class PlotResult:
 
 
 def panels(run: Run, *, constant: bool = False, monitor: bool = True) -> tuple[list[Panel], list[str]]:
-    """The run's metrics as panels, in watch order then metric order, and the constant ones left out.
+    """The run's metrics as panels (watch order, then metric order), and the constant ones left out.
 
-    A watch whose records carry a step is drawn against the step; any other
-    against seconds since the run's first record. Each panel keeps at most
-    about [MAX_POINTS][monitor_async._cli.plot.MAX_POINTS] points, so memory
-    is bounded per metric whatever the records.
+    Each panel keeps at most about [MAX_POINTS][monitor_async._cli.plot.MAX_POINTS] points.
 
     Args:
         run: the run.
-        constant: also draw metrics whose value never changed (by default
-            they are listed, not drawn, unless every metric is constant).
+        constant: also draw metrics whose value never changed (by default they
+            are listed, not drawn, unless every metric is constant).
         monitor: also draw the watch ``monitor`` (the monitor's own counters).
 
     Returns:
@@ -326,17 +320,8 @@ def plot_run(
 ) -> PlotResult:
     """Draws ``run`` into the PNG ``out``: a block per watch, one panel per metric, ``per_page`` panels a page.
 
-    Guarantees: each watch's block is titled with its name and its x axis
-    (step, or seconds since the run began at a clock time); each panel with
-    its metric; tick labels use engineering notation (``262k``) and at most
-    five ticks per axis, and matplotlib's constrained layout keeps titles,
-    labels and ticks from overlapping. Metrics that never changed are left out
-    (and returned) unless ``constant=True``. A run with more than
-    ``per_page`` panels is drawn on pages ``out`` with ``-1``, ``-2``...
-    before its suffix (``plot-1.png``, ``plot-2.png``), ``max_pages`` at most;
-    the panels beyond are returned in ``beyond``. Launches appended to one
-    file are drawn as separate lines with a dashed mark where each began;
-    alert episodes shade their metric's panel from firing to resolved.
+    What the figure shows (axes, pages ``plot-1.png``..., launches, alert
+    shading) is in [the CLI guide](cli.md#plot).
 
     Args:
         run: the run to draw; it must hold at least one record.

@@ -1,28 +1,10 @@
-"""Reading a run back, streamed: the files this project's sinks, TorchRL's ``CSVLogger`` and TensorBoard wrote.
+"""Reading a run back, streamed: the files of this project's sinks, TorchRL's ``CSVLogger`` and TensorBoard.
 
-A *run* is a folder (or one file) holding one of these formats, looked for in this order:
-
-- ``*.jsonl`` files written by ``JSONLSink``: one record per line, plus
-  ``{"launch": {...}}`` lines (a new launch appended to the file) and
-  ``{"time", "alert": {...}}`` lines (alert events), which are not records;
-- ``*.csv`` files written by ``CSVSink`` (long format,
-  ``time,name,step,metric,value`` and an optional sixth column ``source``);
-  a row whose name is ``__launch__`` marks a new launch;
-- a TorchRL ``CSVLogger`` folder: ``scalars/<key>.csv``, one ``step,value``
-  line per value, no header and no wall time;
-- TensorBoard event files (``events.out.tfevents.*``, in the folder or below
-  it), read with the event protobufs of tensorboardX (no tensorboard needed).
-
-A file of the first two formats that holds no record yet never hides another
-format that holds some (an empty JSONL beside a full CSV: the CSV is read).
-
-Files are read in chunks and handed on as they are parsed, so memory stays
-bounded by a chunk and by what a reader keeps (per metric), not by the number
-of records. A file may be growing while it is read: a ``Follower``
-keeps any text after the last line break for the next read, so a torn last
-line (a write in progress) is never parsed half; a CSV record's rows are held
-back until a row of another record follows or the file is quiet. A whole
-line that is not a record (a file edited by hand) is skipped and counted.
+The formats, the order they are looked for in and how a growing file is
+read are in [the CLI guide](cli.md#what-a-run-is). Files are parsed in
+chunks, so memory is bounded by a chunk and what a reader keeps per
+metric; a ``Follower`` holds text after the last line break (a torn line)
+and a CSV record's rows until the record is whole.
 """
 
 from __future__ import annotations
@@ -170,7 +152,7 @@ def find_run_files(path: str | os.PathLike[str]) -> tuple[str, list[Path]]:
     """The format and the files of the run at ``path`` (a run's folder, or one of its files).
 
     Args:
-        path: a folder holding files of one of the formats (see the module docstring), or one such file.
+        path: a folder holding files of one of the formats, or one such file.
 
     Returns:
         ``(kind, files)``: ``kind`` is ``"jsonl"``, ``"csv"``, ``"torchrl"`` or
@@ -178,8 +160,7 @@ def find_run_files(path: str | os.PathLike[str]) -> tuple[str, list[Path]]:
 
     Raises:
         RunNotFoundError: ``path`` does not exist or holds no such file; the
-            message names the path, the formats looked for, and the folders
-            below it that hold runs, if any.
+            message names the formats looked for and the runs below it.
         RunUnreadableError: ``path`` or a file in it cannot be read.
 
     Examples:
@@ -289,16 +270,10 @@ def _source(text: str) -> dict[str, str]:
 class Follower:
     """Reads one growing file of a run, a whole record at a time, following it by name.
 
-    Guarantees:
-        - ``read`` returns the records added since the last call, each
-          once, in file order; text after the last line break waits for the
-          next call (a torn last line is never parsed), and a CSV record is
-          returned only once it is whole (see the module docstring).
-        - A file that became shorter (truncated in place) is read again from
-          its start; a file replaced at its path (rotation) is read to its
-          end, then the new file at the path from its start.
-        - Whole lines that are not records are skipped and counted in
-          ``skipped``; a missing file reads as no records.
+    ``read`` returns the records added since the last call, each once, in
+    file order; a truncated file is read again from its start, a replaced one
+    to its end and then the new one ([tail](cli.md#tail)). Whole lines that
+    are not records are counted in ``skipped``; a missing file reads as none.
 
     Args:
         path: the file.

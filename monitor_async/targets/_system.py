@@ -20,38 +20,19 @@ _Probe = Callable[[dict[str, float]], None]
 class SystemStats:
     """A target whose ``stats()`` reports host and process figures (psutil) and GPU figures (NVML).
 
-    Keys (all floats; bytes are bytes, not MiB):
+    The keys, and what is left out where the platform lacks it, are in
+    [the watching guide](watching.md#built-in-targets-systemstats); pass
+    ``**system.watch_options`` to ``watch()`` for its rate keys and ``offload``.
 
-    - ``cpu/percent`` (all CPUs, since the previous call), ``cpu/load1``,
-      ``cpu/load5``, ``cpu/load15``
-    - ``memory/used_bytes``, ``memory/available_bytes``, ``memory/percent``
-    - ``process/rss_bytes``, ``process/cpu_percent`` (100 = one core),
-      ``process/threads``, ``process/open_fds`` (every descriptor: files,
-      sockets, pipes; handles on Windows)
-    - cumulative counters, for rates: ``disk/read_bytes``,
-      ``disk/write_bytes``, ``net/sent_bytes``, ``net/recv_bytes`` (all
-      disks, all interfaces including loopback)
-    - per GPU ``i``: ``gpu/<i>/utilization_percent``,
-      ``gpu/<i>/memory_used_bytes``, ``gpu/<i>/memory_total_bytes``,
-      ``gpu/<i>/temperature_celsius``, ``gpu/<i>/power_watts``
+    Args:
+        gpu: ``"auto"`` (default): GPUs when ``nvidia-ml-py`` finds one, else
+            none; ``True``: GPUs or an error; ``False``: never load NVML.
+        pid: the process to report on (default: this one).
 
-    Guarantees:
-        - Figures the platform does not provide (no disks, no load average,
-          a GPU without power readings) are found at construction and left
-          out, so every poll reports the same keys. Errors of a later call
-          (e.g. the watched ``pid`` exited) raise from ``stats()`` and become
-          poll errors of the watch.
-        - ``gpu="auto"`` reports GPUs when ``nvidia-ml-py`` imports and NVML
-          finds a device, and silently skips them otherwise; ``gpu=True``
-          raises at construction when it cannot; ``gpu=False`` never loads
-          NVML.
-        - Cost: without GPUs one call measured ~0.25 ms on Linux (it reads a
-          few ``/proc`` files), cheap enough to poll inline on the monitor's
-          loop at 1 Hz; ``offload`` is ``"inline"``. NVML calls go into the
-          GPU driver and can stall on a sick device, so with GPUs ``offload``
-          is ``"thread"``. ``watch_options`` carries it with the rate keys.
-        - ``cpu/percent`` uses psutil's process-wide reference point, so two
-          SystemStats in one process see shorter intervals (values stay valid).
+    Raises:
+        ValueError: ``gpu`` is not one of the above, or ``pid`` cannot be watched.
+        ImportError: ``gpu=True`` without ``nvidia-ml-py``.
+        RuntimeError: ``gpu=True`` and NVML finds no driver or no GPU.
 
     Examples:
         >>> import asyncio
@@ -105,7 +86,7 @@ class SystemStats:
         return {"rate_keys": self.RATE_KEYS, "offload": self.offload}
 
     def stats(self) -> dict[str, float]:
-        """One snapshot of every available figure (see the class docstring for the keys)."""
+        """One snapshot of every available figure (the keys are in docs/watching.md)."""
         out: dict[str, float] = {}
         for probe in self._probes:
             probe(out)
