@@ -1,20 +1,11 @@
-"""Turning a ``stats()`` result into flat ``{key: float}`` values.
+"""Turning a ``stats()`` result into flat ``{key: float}`` values: the per-value hot path.
 
-This is the per-value hot path: one pass that flattens nested mappings with
-``/``, coerces scalars to ``float``, leaves out what is not a finite number
-and puts each value under its namespaced key (``"<watch>/<key>"``, cached).
-Plain ``float``/``int``/``bool`` values never leave the loop body.
-
-One bad key or value costs only itself: a value whose conversion raises, a
-key that cannot be made a ``str``, a nested or lazy mapping whose read
-raises, and a key that an earlier key of the same snapshot already gave
-(after flattening: ``"a/b"`` and ``{"a": {"b": ...}}``, or ``1`` and
-``"1"``) are left out and counted; of colliding keys the first one in
-snapshot order is kept, and the watch's first collision is warned of. A
-mapping that contains itself, or nesting deeper than ``MAX_DEPTH``,
-fails the poll with [StatsCycleError][monitor_async.StatsCycleError] naming the watch
-and the key. Only ``BaseException`` that is not an ``Exception``
-(``KeyboardInterrupt``...) goes through.
+One pass flattens nested mappings with ``/``, coerces scalars to ``float``,
+leaves out what is not a finite number and namespaces each key (cached).
+One bad key or value costs only itself
+([the guarantee](guarantees.md#one-bad-key-or-value-costs-only-itself-test_bad_keyspy));
+a cycle or nesting deeper than ``MAX_DEPTH`` fails the poll with
+[StatsCycleError][monitor_async.StatsCycleError].
 """
 
 from __future__ import annotations
@@ -45,14 +36,10 @@ class _Collided(Exception):
 class KeyCache:
     """``names[key]`` is ``prefix + key``; ``of`` computes it once per key.
 
-    ``names`` is a plain dict so that the hot path reads it with the
-    interpreter's fast dict subscript. Bounded: it starts afresh once it holds
-    more than ``bound`` keys (a target whose key names keep changing, with an
-    id or a time in them), so its memory never grows without bound.
-    ``added`` counts the keys ever added, so a reader can tell the set changed.
-    ``careful`` is set at the first collision (two keys of one snapshot giving
-    one name): from then on this target's snapshots take the path that checks
-    each name before writing it.
+    A plain dict, for the interpreter's fast subscript on the hot path; it
+    starts afresh past ``bound`` keys. ``added`` counts keys ever added;
+    ``careful`` is set at the first collision, after which every name is
+    checked before it is written.
     """
 
     __slots__ = ("added", "bound", "careful", "names", "prefix")
@@ -112,15 +99,12 @@ class Flattened:
 
 
 def as_mapping(raw: object, watch: str) -> tuple[dict[Any, Any], int]:
-    """A private copy of ``raw`` (so a target mutating it cannot break the read), and how many reads failed.
+    """A private copy of ``raw`` (a target mutating it cannot break the read), and how many reads failed.
 
-    A ``dict`` (or subclass) is copied whole. Any other mapping is read key
-    by key: a key whose read raises is left out and counted, unless no read
-    succeeds (then the poll fails, naming the watch and the first error).
-    Iterating the mapping itself must work: its error fails the poll (a
-    ``TypeError`` as [StatsTypeError][monitor_async.StatsTypeError] naming the
-    watch). Raises ``StatsTypeError`` naming the watch when ``raw`` is not a
-    mapping.
+    A ``dict`` is copied whole; another mapping key by key, a failing read
+    left out and counted unless none succeeds (then the poll fails). Raises
+    [StatsTypeError][monitor_async.StatsTypeError] naming the watch when ``raw``
+    is not a mapping or cannot be iterated.
     """
     if not isinstance(raw, Mapping):
         raise StatsTypeError(
@@ -160,10 +144,8 @@ def _copy(raw: Mapping[Any, Any], errors: list[Exception] | None = None) -> tupl
 def flatten_copy(raw: dict[Any, Any], out: dict[str, float], limit: int, keys: KeyCache) -> int:
     """``flatten`` of a private copy of ``raw``, a dict the target may keep writing to from another thread.
 
-    A copy taken while another thread wrote to the dict was once seen torn on
-    CPython 3.11 under heavy thread switching ("dictionary keys changed during
-    iteration" while reading our own copy): the target did nothing wrong, so
-    the read starts again from a fresh copy.
+    A copy taken while another thread writes can come out torn on CPython
+    ("dictionary keys changed during iteration"); the read then starts again.
     """
     try:
         return flatten(raw.copy(), out, limit, keys, raw)
@@ -173,12 +155,7 @@ def flatten_copy(raw: dict[Any, Any], out: dict[str, float], limit: int, keys: K
 
 
 def read(raw: object, limit: int, keys: KeyCache) -> tuple[dict[str, float], int]:
-    """The namespaced finite values of any ``stats()`` result, and how many were left out.
-
-    ``raw`` may be a ``Flattened`` (handed back as it is), a ``dict``
-    or any other mapping (copied first, see ``as_mapping``); anything
-    else raises [StatsTypeError][monitor_async.StatsTypeError] naming the watch.
-    """
+    """The namespaced finite values of any ``stats()`` result (``Flattened``, dict or mapping), and how many were left out."""
     if type(raw) is Flattened:
         return raw.metrics, raw.dropped
     if type(raw) is dict:
@@ -195,10 +172,7 @@ def read(raw: object, limit: int, keys: KeyCache) -> tuple[dict[str, float], int
 def read_plain(raw: dict[Any, Any], keys: KeyCache, limit: int) -> dict[str, float] | None:
     """`read` of the common snapshot in one loop: a dict of known keys, each a finite float, int or bool.
 
-    Returns the namespaced values of a private copy of ``raw``, or ``None``
-    having changed nothing when anything needs the rest of `read` (a new key,
-    a value to convert or leave out, nesting, two keys giving one name, more
-    than ``limit`` values).
+    Returns ``None``, having changed nothing, when the rest of `read` is needed.
     """
     try:
         copy = raw.copy()  # private: a target mutating its dict cannot break the read
@@ -226,9 +200,7 @@ def read_plain(raw: dict[Any, Any], keys: KeyCache, limit: int) -> dict[str, flo
 def nonfinite_values(raw: object, prefix: str) -> dict[str, float]:
     """The NaN and infinite values of a ``stats()`` result or push, under their full keys (``prefix`` + key).
 
-    The slow path beside ``read``, taken only when a snapshot left values
-    out and an alert rule asks about non-finite ones. Nested mappings are
-    walked as ``outer/inner``; anything unreadable is skipped.
+    The slow path, taken only when values were left out and an alert rule asks.
 
     Examples:
         >>> nonfinite_values({"loss": float("nan"), "opt": {"lr": float("inf")}, "ok": 1.0}, "learner/")
@@ -282,16 +254,10 @@ def _scalar(value: object) -> float | None:
 def flatten(raw: Mapping[Any, Any], out: dict[str, float], limit: int, keys: KeyCache, origin: object = None) -> int:
     """Puts the finite numeric values of ``raw`` into the empty ``out`` under namespaced keys; returns how many were left out.
 
-    One pass does all of it: each key becomes ``keys.of(key)`` (the watch's
-    ``"<name>/"`` prefix, cached per key, so a snapshot of known keys builds
-    no new key string), nested mappings are copied, then flattened as
-    ``outer/inner``, and each value is coerced to ``float`` or left out.
-    ``out`` holds at most ``limit`` values (the first ones in snapshot
-    order); every value past the cap, nested ones included, counts as left
-    out. ``raw`` is read, never changed; ``origin`` is the mapping it was
-    copied from, so that a mapping holding that one is seen as a cycle.
-    Raises [StatsCycleError][monitor_async.StatsCycleError] for a cycle or nesting
-    deeper than ``MAX_DEPTH``.
+    At most ``limit`` values, first in snapshot order. ``raw`` is never
+    changed; ``origin`` is the mapping it was copied from, so holding it is a
+    cycle. Raises [StatsCycleError][monitor_async.StatsCycleError] for a cycle
+    or nesting deeper than ``MAX_DEPTH``.
     """
     try:
         size = len(raw)
@@ -354,11 +320,10 @@ def flatten(raw: Mapping[Any, Any], out: dict[str, float], limit: int, keys: Key
 def _flatten(
     raw: Mapping[Any, Any], out: dict[str, float], limit: int, keys: KeyCache, prefix: str, depth: int, check: bool
 ) -> int:
-    """``flatten`` for nested mappings (keys under ``prefix``, ``depth`` levels down), past the cap, after a collision.
+    """``flatten`` for nested mappings, past the cap, and after a collision.
 
     With ``check``, a name already in ``out`` keeps its value (the later one
-    is left out, counted, warned of once); without, the caller tells from the
-    size of ``out`` whether a name was written twice.
+    counted, warned of once); without, the caller tells from ``len(out)``.
     """
     dropped = 0
     start = len(out)

@@ -1,18 +1,9 @@
 """Where this process stands in a distributed job, and what sinks do with it.
 
-[world][monitor_async.distributed.world] answers "which rank am I, of how many, on which host" without
-importing torch and without talking to any other process: it reads an
-initialised ``torch.distributed`` when the program imported it, else the
-environment that launchers set (torchrun and ``accelerate launch``: ``RANK``,
-``WORLD_SIZE``, ``LOCAL_RANK``; SLURM: ``SLURM_PROCID``, ``SLURM_NTASKS``,
-``SLURM_LOCALID``; Open MPI: ``OMPI_COMM_WORLD_RANK``, ``OMPI_COMM_WORLD_SIZE``,
-``OMPI_COMM_WORLD_LOCAL_RANK``), else it is a single process. ``Monitor(world=...)``
-overrides it for one monitor.
-
-The rest serves sinks (``ranks="main" | "all"`` and ``{rank}`` in file paths)
-and the provenance every [Record][monitor_async.Record] carries in ``source``.
-Nothing here ever waits for another rank: there is no collective anywhere in
-monitor-async.
+[world][monitor_async.distributed.world] reads an initialised
+``torch.distributed`` or the launcher's environment, never another process;
+the rest serves sinks (``ranks=``, ``{rank}`` in paths) and the provenance
+in [Record.source][monitor_async.Record]. See [distributed runs](distributed.md).
 
 Examples:
     >>> from monitor_async.distributed import World, world
@@ -72,12 +63,11 @@ class World:
         world_size: how many processes the job has.
         local_rank: the rank among the processes of this host.
         host: this host's name.
-        found: where the figures came from: ``"torch.distributed"``, ``"env"``
-            (torchrun, accelerate), ``"slurm"``, ``"mpi"``, ``"single"`` or
-            ``"given"`` (built by hand).
+        found: where the figures came from: ``"torch.distributed"``, ``"env"``,
+            ``"slurm"``, ``"mpi"``, ``"single"`` or ``"given"`` (built by hand).
 
     Raises:
-        ConfigError: when ``world_size < 1`` or ``rank`` is not in ``[0, world_size)``.
+        ConfigError: ``world_size < 1`` or ``rank`` not in ``[0, world_size)``.
 
     Examples:
         >>> w = World(rank=1, world_size=4)
@@ -159,22 +149,16 @@ def _from_torch(environ: Mapping[str, str], malformed: list[tuple[str, str]]) ->
 
 
 def world(*, environ: Mapping[str, str] | None = None) -> World:
-    """This process's rank, world size, local rank and host.
+    """This process's rank, world size, local rank and host; never raises.
 
-    Detected in this order: an initialised ``torch.distributed`` (only when
-    the program imported it: this never imports torch); the launcher's
-    environment (torchrun / ``accelerate launch``, then SLURM, then Open
-    MPI); else a single process (rank 0 of 1). Reads only this process's
-    state: no message goes to another rank.
+    The detection order and how malformed variables are handled are in
+    [where am I](distributed.md#where-am-i).
 
     Args:
         environ: the environment to read (default ``os.environ``).
 
     Returns:
-        A [World][monitor_async.distributed.World]. Variables that are missing or not integers are
-        skipped (one that is set but not an integer is warned about once,
-        naming it and what it held, and what the process is taken as); a
-        launcher whose rank is out of range is skipped too. Never raises.
+        A [World][monitor_async.distributed.World].
 
     Examples:
         >>> w = world(environ={"SLURM_PROCID": "2", "SLURM_NTASKS": "4", "SLURM_LOCALID": "0"})
@@ -207,16 +191,7 @@ def source_of(w: World) -> Source:
 
 
 def source_text(source: Mapping[str, Any]) -> str:
-    """``source`` as one cell of text: ``key=value`` pairs joined by ``;`` (empty when there is none).
-
-    What [CSVSink][monitor_async.backends.CSVSink] writes in its ``source``
-    column; ``pandas`` and ``csv.reader`` read it back as one string.
-
-    Args:
-        source: a record's source.
-
-    Returns:
-        The text, e.g. ``"rank=1"`` or ``"host=n1;pid=42"``.
+    """``source`` as one cell of text, ``key=value`` pairs joined by ``;`` (CSVSink's ``source`` column).
 
     Examples:
         >>> source_text({"rank": 1, "host": "n1"})
@@ -227,18 +202,7 @@ def source_text(source: Mapping[str, Any]) -> str:
 
 # --------------------------------------------------------------------- sinks
 def check_ranks(ranks: object, owner: str) -> Ranks:
-    """Validates a sink's ``ranks=`` option.
-
-    Args:
-        ranks: ``"main"`` (only the main rank opens and writes the sink) or
-            ``"all"`` (every rank does).
-        owner: the sink's name, for the error message.
-
-    Returns:
-        ``ranks``, checked.
-
-    Raises:
-        ConfigError: naming ``owner`` for anything else.
+    """Returns a sink's ``ranks=`` option (``"main"`` or ``"all"``), or raises ``ConfigError`` naming ``owner``.
 
     Examples:
         >>> check_ranks("main", "TensorBoardSink")
@@ -250,14 +214,7 @@ def check_ranks(ranks: object, owner: str) -> Ranks:
 
 
 def serves(sink: object, w: World) -> bool:
-    """Whether ``sink`` is to be used on this rank: not a ``ranks="main"`` sink on another rank.
-
-    Args:
-        sink: any sink; one without a ``ranks`` attribute serves every rank.
-        w: the monitor's world.
-
-    Returns:
-        ``False`` only for a main-rank sink away from rank 0.
+    """Whether ``sink`` is used on this rank: ``False`` only for a ``ranks="main"`` sink away from rank 0.
 
     Examples:
         >>> class S: ranks = "main"
@@ -268,14 +225,7 @@ def serves(sink: object, w: World) -> bool:
 
 
 def for_rank(sinks: Any, w: World) -> Any:
-    """The sinks a monitor of world ``w`` keeps: a ``ranks="main"`` sink away from rank 0 is left out.
-
-    Args:
-        sinks: what ``Monitor(sinks)`` takes (``None``, one sink, or a sequence).
-        w: the monitor's world.
-
-    Returns:
-        ``sinks`` itself when all are kept, else the list of those kept.
+    """The sinks a monitor of world ``w`` keeps (``sinks`` itself when all are): main-rank sinks go away from rank 0.
 
     Examples:
         >>> class S: ranks = "main"
@@ -290,14 +240,7 @@ def for_rank(sinks: Any, w: World) -> Any:
 
 
 def rank_path(path: str | os.PathLike[str], w: World | None = None) -> str:
-    """``path`` with every ``{rank}`` replaced by this process's rank (other text untouched).
-
-    Args:
-        path: a file or folder path, e.g. ``"runs/metrics_{rank}.csv"``.
-        w: the world to take the rank from (default [world][monitor_async.distributed.world]).
-
-    Returns:
-        The path as a string.
+    """``path`` with every ``{rank}`` replaced by the rank of ``w`` (default: [world][monitor_async.distributed.world]).
 
     Examples:
         >>> rank_path("runs/rank{rank}/m.csv", World(rank=2, world_size=4))
@@ -310,13 +253,9 @@ def rank_path(path: str | os.PathLike[str], w: World | None = None) -> str:
 
 
 def many_sources() -> bool:
-    """Whether records written here come from several processes, so a file sink should say which.
+    """Whether records written here come from several processes (a rank of a job, or a Ray actor), so a file sink says which.
 
-    True on a rank of a job of several, and inside a Ray actor (where a
-    [RaySink][monitor_async.backends.RaySink] hosts its sink). Never imports Ray.
-
-    Returns:
-        What [CSVSink][monitor_async.backends.CSVSink] uses to add its ``source`` column.
+    Never imports Ray.
 
     Examples:
         >>> many_sources() in (True, False)
@@ -332,19 +271,9 @@ def many_sources() -> bool:
 
 
 def keep_apart(log_dir: str | os.PathLike[str], ranks: str, w: World | None = None) -> str:
-    """A tracker's folder on this rank: ``{rank}`` replaced; with ``ranks="all"``, one sub-folder per rank.
+    """A tracker's folder on this rank: ``{rank}`` replaced; with ``ranks="all"`` on a job, ``log_dir/rank<r>``.
 
-    TensorBoard shows each sub-folder as a run of its own, so the ranks'
-    curves stay apart instead of interleaving in one run.
-
-    Args:
-        log_dir: the folder given to the sink.
-        ranks: the sink's ``ranks``.
-        w: the world (default [world][monitor_async.distributed.world]).
-
-    Returns:
-        ``log_dir`` itself on a job of one rank, with ``ranks="main"``, or
-        when it holds ``{rank}`` (then replaced); else ``log_dir/rank<r>``.
+    TensorBoard then shows each rank as a run of its own.
 
     Examples:
         >>> keep_apart("runs/tb", "all", World(rank=2, world_size=4))
