@@ -1,14 +1,11 @@
 """One sink's channel: the bounded queue it owns, its writer task, and its alert events.
 
-``put`` never waits: when the sink is behind, the oldest queued record is
-dropped and counted. The writer takes what is queued and awaits one
-``sink.write(batch)`` (or one ``sink.write_batches(batches)`` for several),
-never two writes at once, records of one watch in poll order. In background
-mode it lets records gather for ``batch_wait`` seconds or until half the
-queue waits, because fewer writes through a worker thread cost the rest of
-the program less; ``step()``, ``flush()`` and ``stop()`` write at once.
-Without a background writer a drain task of the channel's own writes, never
-the caller's task. See [guarantees](guarantees.md).
+``put`` never waits: a sink that is behind loses its oldest queued record
+(counted). The writer makes one ``sink.write`` (or ``write_batches``) at a
+time, each watch's records in poll order. In background mode it lets
+records gather for ``batch_wait`` or until half the queue waits, because
+fewer writes through a worker thread cost the program less; ``step()``,
+``flush()`` and ``stop()`` write at once, in a task of the channel's own.
 """
 
 from __future__ import annotations
@@ -38,14 +35,7 @@ EVENTS = 256
 def channels_for(
     sinks: Any, queue_size: int, max_batch: int, errors: ErrorPolicy, batch_wait: float = 0.0
 ) -> list[Channel]:
-    """One channel per sink (a sink, a legacy logger, or a sequence of them), with unique labels.
-
-    Each one is checked now (see ``as_sink``): a legacy (TorchRL / AgileRL
-    style) logger is wrapped in ``LoggerSink``; a class, a file or stream, a
-    path or anything else raises ``SinkTypeError`` naming it. A sink's label
-    is ``sink_label``'s (its ``name`` when it has one, else its class name
-    lowercased without a trailing ``sink``), made unique with ``_1``, ``_2``...
-    """
+    """One checked channel per sink (see ``as_sink``), labelled by ``sink_label`` and made unique with ``_1``, ``_2``..."""
     if sinks is None:
         sinks = []
     elif not isinstance(sinks, Sequence) or isinstance(sinks, (str, bytes)):
@@ -107,8 +97,7 @@ class Channel:
     def put(self, record: Record) -> None:
         """Queues ``record``; never waits. A full queue drops its oldest record when the sink is behind.
 
-        A full queue whose writer is not writing (it has not had its turn yet:
-        many polls in one pass of the loop) keeps the record for that turn.
+        A writer that has not had its turn yet (many polls in one pass) keeps the whole burst.
         """
         items = self._items
         if len(items) >= self._size and not self.writer_due():
@@ -142,10 +131,9 @@ class Channel:
             self._start_drain(loop)
 
     def writer_due(self) -> bool:
-        """Whether a writer takes everything queued at its next turn: none is writing, and one is on its way.
+        """Whether a writer takes everything queued at its next turn (none is writing, one is on its way).
 
-        A write in flight means the sink is behind: ``False``, the queue drops
-        its oldest record. In manual mode a drain task is started here.
+        ``False`` while a write is in flight: the queue drops its oldest. In manual mode this starts a drain task.
         """
         if self.records.writing is not None:
             return False
@@ -162,11 +150,7 @@ class Channel:
 
     # ------------------------------------------------------------------ writing
     async def _write(self, many: bool, left: int) -> int:
-        """Takes the next batch (with ``many``, every batch of the next ``left`` records) and writes it.
-
-        One ``sink.write`` (one batch) or one ``sink.write_batches``
-        (several); counts and reports; returns how many records it took.
-        """
+        """Writes the next batch (with ``many``, the batches of the next ``left`` records); returns how many it took."""
         queue = self.records
         first = queue.head
         batches = [queue.take()]
@@ -300,12 +284,9 @@ class Channel:
         self._drains.add(loop.create_task(self._drain(), name=f"monitor-async sink {self.label}"))
 
     def request(self) -> asyncio.Future[Any] | None:
-        """Asks for everything queued so far to be written now; returns a future done once it has left.
+        """Asks for everything queued to be written now; returns a future done once it has left, or ``None``.
 
-        With a background writer, the writer stops gathering and writes;
-        without one (manual mode), a drain task writes: never the caller's
-        task, so a sink that hangs holds only its own task. ``None``: nothing
-        to wait for.
+        The write runs in the writer or a drain task, never the caller's, so a hung sink holds only its own task.
         """
         queue = self.records
         target = queue.head + len(queue.items)
@@ -332,22 +313,16 @@ class Channel:
             self.task = asyncio.get_running_loop().create_task(self.run(), name=f"monitor-async sink {self.label}")
 
     def forget_loop(self) -> None:
-        """The loop closed under a running monitor: its tasks died with it; what is queued waits for the next.
-
-        A write that was in flight there never ends: its records are counted
-        as abandoned.
-        """
+        """The loop closed under a running monitor: its tasks died; the queue waits, an in-flight write counts as abandoned."""
         self.task = None
         self._drains.clear()
         self._events_sent = []  # their futures belong to the closed loop
         self.records.forget_loop()
 
     async def halt(self, limit: float | None = None) -> bool:
-        """Cancels the writer task and any drain task; waits at most ``limit`` seconds for them to end.
+        """Cancels the writer and any drain task, waiting at most ``limit`` s; ``False`` when one was left behind.
 
-        Returns False when one did not end in time (its sink ignored the
-        cancel): it is left behind. A write cancelled here has its records
-        counted as abandoned.
+        A write cancelled here has its records counted as abandoned.
         """
         tasks = [t for t in (self.task, *self._drains) if t is not None and not t.done()]
         self.task = None
@@ -390,11 +365,9 @@ class Channel:
         return False
 
     async def call(self, method: str, limit: float | None = None) -> bool:
-        """Runs ``sink.flush()`` or ``sink.close()`` within ``limit`` seconds; failures are counted and reported.
+        """Runs ``sink.flush()`` or ``sink.close()`` in a task of its own within ``limit`` s; returns whether it completed.
 
-        The call runs in a task of its own: a sink that ignores the
-        cancellation is left behind (with a warning) when ``limit`` passes.
-        Returns whether it completed without error.
+        Failures are counted and reported; a sink that ignores the cancellation is left behind with a warning.
         """
         fn = getattr(self.sink, method, None)
         if not callable(fn):

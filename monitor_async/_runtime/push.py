@@ -1,25 +1,13 @@
 """Values pushed from the user's own loop: ``monitor.log(name, metrics, step=...)``.
 
-The caller's side is about a microsecond, on any thread: the mapping is
-snapshot (``snapshot``: nested mappings too, so the caller may reuse all
-of it), stamped with the time and appended to a bounded deque
-(``deque.append`` is atomic under the GIL). Nothing is checked, converted or
-logged there, so a bad value can neither raise in the training loop nor slow
-it. Pushes are counted with an ``itertools.count`` (``next()`` on it is atomic
-under the GIL, where ``+= 1`` from several threads is not), so that the pushes
-dropped are ``pushed - taken - waiting``: exact, whatever the drain does
-meanwhile. The first push after a drain asks the monitor's loop, once,
-to drain ``DRAIN_DELAY`` seconds later; every push until then only appends. So
-a loop that logs thousands of times a second wakes the event loop at most
-1 / ``DRAIN_DELAY`` times a second.
-
-On the loop, a drain turns each push into a [Record][monitor_async.Record] named after it
-(keys ``"<name>/<metric>"``) with the same flattening, coercion, counting and
-warnings as a polled snapshot, and hands it to every channel: the same
-bounded drop-oldest queues, the same sinks. ``step()``, ``flush()`` and
-``stop()`` drain first, so everything pushed before them is written by the
-time they return. Without a running loop (manual mode), pushes wait for the
-next ``step()``, ``flush()`` or ``stop()``.
+On the caller's thread a push is only a ``snapshot``, a time stamp and a
+``deque.append`` (atomic under the GIL), so a bad value can neither raise
+in the training loop nor slow it. Pushes are counted with
+``itertools.count`` (``next()`` is atomic, ``+= 1`` is not), so the dropped
+ones are exactly ``pushed - taken - waiting``. The first push after a drain
+schedules one drain ``DRAIN_DELAY`` s later, bounding the loop's wake-ups.
+The drain makes each push a [Record][monitor_async.Record] with the same
+rules as a polled snapshot ([pushing](pushing.md#what-it-guarantees)).
 """
 
 from __future__ import annotations
@@ -55,12 +43,8 @@ _PLAIN = frozenset({float, int, bool, str, type(None)})
 def snapshot(metrics: Any, depth: int = 0) -> Any:
     """A private copy of a pushed ``metrics``, nested mappings included, taken on the caller's thread.
 
-    An exact ``dict`` of plain values costs one ``dict.copy()`` and one look
-    at each value's type; any other ``Mapping`` (``defaultdict``, ``UserDict``,
-    a class of the user's) is read into a ``dict``. Never raises: what cannot
-    be read here (a mapping whose reads raise, nesting past ``MAX_DEPTH``, a
-    non-mapping) is kept as it is, and the drain reports it as an error of
-    that push.
+    Never raises: what cannot be read here is kept as it is, and the drain
+    reports it as an error of that push.
 
     Examples:
         >>> inner = {"lr": 0.1}
@@ -94,16 +78,11 @@ class Pushes:
     """The pushed values waiting for the monitor's loop, and how they become records.
 
     Args:
-        limit: pushes kept waiting at most; past it the oldest is dropped and
-            counted in ``dropped`` (memory stays bounded when the loop is
-            stalled or not running).
+        limit: pushes kept waiting at most; past it the oldest is dropped and counted.
         max_values: values kept per pushed mapping, as for a polled snapshot.
-        errors: the monitor's ``on_error`` policy, for pushes that are not
-            mappings or whose name is not a string (each also counted in
-            ``dropped``).
+        errors: the monitor's ``on_error`` policy, for invalid pushes (also counted).
         fanout: the fan-out the records go to.
-        source: the ``Record.source`` of every pushed record (the rank, in a
-            job of several processes).
+        source: the ``Record.source`` of every pushed record.
     """
 
     __slots__ = (
@@ -223,10 +202,7 @@ class Pushes:
 
     @property
     def dropped(self) -> int:
-        """Pushes that never became a record: pushed out of the full queue, or not a valid push.
-
-        Exact once pushes stop: ``records made + dropped == pushed``.
-        """
+        """Pushes that never became a record (pushed out, or invalid); once pushes stop, ``records + dropped == pushed``."""
         waiting = len(self._items)  # before pushed: a push under way is then at worst counted early
         return max(0, self.pushed - self._taken - waiting) + self._failed
 

@@ -1,15 +1,10 @@
 """Reductions: ``watch(..., reduce={"loss": "mean"})`` across the ranks of a job, or over a group of targets.
 
-Every rank's watch *publishes* the reduced keys of each record it logs on a
-board; the main rank has one more watch, ``"<name>/all"``, whose ``stats()``
-reads the board and reduces what it finds. The board (``_boards``) is a
-side channel of an engine the job already runs: the job's ``torch.distributed``
-store, or Ray, or a dict in this process; never a collective, never a server
-of ours.
-
-Staleness is judged on the reader's clock: a member whose snapshot has not
-changed for ``stale`` seconds (default three poll intervals) is left out and
-counted, so clocks that differ between hosts do not matter.
+Each member publishes the reduced keys of its records on a board (the
+job's ``torch.distributed`` store, Ray, or a dict in this process; never a
+collective); the ``"<name>/all"`` watch reads and reduces it. Staleness is
+judged on the reader's clock, so host clocks need not agree.
+See [reductions](distributed.md#reductions).
 """
 
 from __future__ import annotations
@@ -35,13 +30,6 @@ def reduce_values(values: Sequence[float], how: str) -> float:
 
     Percentiles interpolate linearly between the closest ranks (numpy's default).
 
-    Args:
-        values: one value per rank or member.
-        how: the reduction's name.
-
-    Returns:
-        The reduced value.
-
     Examples:
         >>> reduce_values([1.0, 2.0, 3.0, 10.0], "mean"), reduce_values([1.0, 2.0, 3.0, 10.0], "p50")
         (4.0, 2.5)
@@ -63,25 +51,20 @@ def reduce_values(values: Sequence[float], how: str) -> float:
 
 @dataclass(frozen=True)
 class Reduce:
-    """What ``Monitor.watch(reduce=...)`` reduces, and how snapshots travel.
-
-    A plain mapping passed as ``reduce=`` means ``Reduce(that_mapping)``.
+    """What ``Monitor.watch(reduce=...)`` reduces, and how snapshots travel; a plain mapping means ``Reduce(mapping)``.
 
     Args:
-        keys: ``{snapshot key: reduction}``, a reduction being one of
-            ``sum``, ``mean``, ``min``, ``max``, ``p50``, ``p90``, ``p99``, or
-            a list of them (then each gets its own metric,
+        keys: ``{snapshot key: reduction}``: ``sum``, ``mean``, ``min``, ``max``,
+            ``p50``, ``p90``, ``p99``, or a list of them (each its own metric,
             ``"<name>/all/<key>/<reduction>"``).
-        stale: seconds after which a rank (or member) whose snapshot has not
-            changed is left out and counted; default three poll intervals.
-        via: the board across ranks: ``"auto"`` (the job's ``torch.distributed``
-            store when it is initialised, else Ray when this process is
-            connected to Ray, else this process only), ``"store"``, ``"ray"``.
-        store: a ``torch.distributed.Store`` to use instead of the default
-            process group's.
+        stale: seconds after which an unchanged rank or member is left out and
+            counted (default: three poll intervals).
+        via: ``"auto"`` (default: the ``torch.distributed`` store, else Ray,
+            else this process), ``"store"`` or ``"ray"``.
+        store: a ``torch.distributed.Store`` instead of the default group's.
 
     Raises:
-        ConfigError: for an unknown reduction, an empty mapping, a bad ``stale`` or ``via``.
+        ConfigError: an unknown reduction, an empty mapping, a bad ``stale`` or ``via``.
 
     Examples:
         >>> Reduce({"loss": "mean", "step_time": ["max", "p90"]}).metrics()
@@ -148,11 +131,8 @@ def publisher(board: Board, member: int, spec: Reduce) -> Callable[[Record], Non
 class Reduction:
     """The target of a ``"<name>/all"`` watch: reads the board, leaves out stale members, reduces.
 
-    ``stats()`` returns each reduced metric (for the keys at least one fresh
-    member reported), ``<count>`` (``ranks`` or ``targets``: how many
-    snapshots went in) and ``stale`` (how many were left out: a member that
-    never published counts as stale once ``stale`` seconds have passed since
-    the first read).
+    ``stats()`` returns the reduced metrics, ``<count>`` (snapshots that went
+    in) and ``stale`` (members left out, including one that never published).
 
     Args:
         board: where the members publish.

@@ -1,10 +1,7 @@
 """When polling happens: each watch's slots, the loop's shared timers, and the per-watch task.
 
-``poll_forever`` is the background task of one watch: the k-th poll is
-due at ``start + k * interval``; a poll that overruns skips the slots it
-missed (counted as ``polls_missed``) rather than bursting to catch up
-(``next_due``). ``Ticks`` keeps the loop's timers, one per due time,
-and polls the watches that answer inline in the timer's callback.
+The k-th poll of a watch is due at ``start + k * interval``; a poll that
+overruns skips the slots it missed (``polls_missed``) rather than bursting.
 """
 
 from __future__ import annotations
@@ -28,27 +25,14 @@ __all__ = ["OWN", "Ticks", "next_due", "poll_forever"]
 class Ticks:
     """The timers of one loop's poll tasks; the watches due at one instant are polled in one callback.
 
-    ``asyncio.sleep`` costs one future, one timer handle and one timer-heap
-    entry per task per tick, and waking a task costs a loop handle and a
-    step of its coroutine. Here each distinct due time gets one ``call_at``
-    handle. A watch whose ``stats()`` answers inline with a plain mapping
-    (the common case) is *carried*: its task waits on a future of its own
-    while the timer's callback polls it, with every other watch due then,
-    and books its next slot, so a tick of a hundred cheap targets is one
-    callback rather than a hundred task wake-ups. The task takes over again
-    when it is needed: a ``stats()`` that returns an awaitable (awaited under
-    the watch's timeout) or a watch moved to a thread. Other watches' tasks
-    wait on one future per due time. Tasks that start in the same pass of
-    the loop with the same interval (``start()``, or several ``watch()``
-    calls in a row) share their first slot, up to ``GROUP`` of them, so
-    they are polled together in one pass and their records reach each sink
-    as one batch; a larger crowd is split into groups whose first slots are
-    spread over the interval (see ``origin``).
-
-    Every watch still has its own task and its own slots: a poll that
-    overruns costs the slots it missed to that watch alone, an awaited poll
-    delays no other watch, and cancelling the task (``unwatch()``,
-    ``stop()``) ends its polling.
+    Each distinct due time gets one ``call_at`` handle rather than a sleep per
+    task. A watch whose ``stats()`` answers inline with a mapping is *carried*:
+    its task waits on a future while the timer's callback polls it with the
+    others due then, so a tick of many cheap targets is one callback. The task
+    takes over for an awaitable answer or a move to a thread. Tasks started in
+    one pass with one interval share their first slot, up to ``GROUP`` of them
+    (see ``origin``). Each watch keeps its own task and slots: an overrun costs
+    only its own slots, and cancelling its task ends its polling.
     """
 
     __slots__ = ("carried", "clock", "group", "loop", "poller", "waiting")
@@ -70,12 +54,9 @@ class Ticks:
     def origin(self, interval: float) -> float:
         """The first slot of a task starting now: its group's.
 
-        The first group of a pass starts now. When it is full, the next group
-        of the same crowd (same interval) starts ``interval / SPREAD`` after
-        it, or now if starting it took longer, and so on: 10,000 targets at
-        1 Hz are 40 groups 15.6 ms apart, each a few milliseconds of work,
-        rather than one burst that keeps the loop busy for a tenth of every
-        second and makes every later poll late when something pauses it.
+        The next full group of one interval starts ``interval / SPREAD`` later (or
+        now, if starting took longer), so a crowd's first polls spread over the
+        interval instead of one burst that makes every later poll late.
         """
         group = self.group
         if group is not None and group[1] == interval and group[2] < self.GROUP:
@@ -113,9 +94,8 @@ class Ticks:
     def carry(self, watch: Watch, when: float) -> asyncio.Future[Any]:
         """Polls ``watch`` at ``when`` and at its slots after that, without waking its task.
 
-        The returned future (the task's to await) completes when the task is
-        needed again: with the awaitable a ``stats()`` call returned, or with
-        ``OWN`` when the task is to poll the watch itself.
+        The returned future completes when the task is needed again: with the
+        awaitable a ``stats()`` returned, or with ``OWN``.
         """
         waiter = watch.waiter
         if waiter is None or waiter.done():
@@ -192,8 +172,7 @@ OWN: Any = object()
 def next_due(watch: Watch, now: float, counters: Counters) -> float:
     """The watch's next slot after a poll that ended at ``now``; slots already past are missed.
 
-    The k-th slot is ``origin + k * interval`` (computed, not summed, so
-    watches with the same origin and interval share their due times exactly).
+    Slots are ``origin + k * interval``, computed not summed, so watches of one origin share due times exactly.
     """
     interval = watch.interval
     slot = watch.slot + 1
@@ -208,12 +187,7 @@ def next_due(watch: Watch, now: float, counters: Counters) -> float:
 
 
 async def poll_forever(ticks: Ticks, watch: Watch) -> None:
-    """The background task of one watch; runs until cancelled.
-
-    A watch whose ``stats()`` answers inline with a mapping is carried by
-    the loop's ``Ticks`` (polled in the timer's callback); otherwise the
-    task polls, awaits the answer and waits for its next slot itself.
-    """
+    """The background task of one watch, until cancelled: carried by ``Ticks``, or polling and waiting itself."""
     loop = asyncio.get_running_loop()
     poller = ticks.poller
     task = asyncio.current_task()
