@@ -1,11 +1,8 @@
-"""``monitor-async demo``: a simulated RL system, monitored end to end.
+"""``monitor-async demo``: a simulated RL system, monitored end to end, in this process.
 
-Everything runs in this process with no account, network or GPU: a collector
-thread producing frames into a replay buffer, a learner coroutine sampling
-it, an async inference server answering fake requests, and the monitor
-watching all three and itself, writing CSV, JSONL and TensorBoard files.
-The monitor runs with `Alert.defaults()`; with ``--stall`` the collector
-stops producing frames part way, and a stall rule over its frames fires.
+A collector thread fills a replay buffer, a learner coroutine samples it, an
+async server answers fake requests; the monitor (with `Alert.defaults()`)
+watches them and itself. ``--stall`` stops the collector part way. See [demo](cli.md#demo).
 """
 
 from __future__ import annotations
@@ -72,9 +69,8 @@ class Collector:
 
     Args:
         buffer: the replay buffer it writes to.
-        stall_after: seconds after `start()` at which it stops producing
-            frames (its thread stays alive, as a stuck collector's does);
-            `None` (default): never.
+        stall_after: seconds after `start()` at which it stops producing frames
+            (its thread stays alive); `None` (default): never.
     """
 
     def __init__(self, buffer: ReplayBuffer, stall_after: float | None = None) -> None:
@@ -193,11 +189,7 @@ class DemoSystem:
         self.learner = Learner()
 
     def watch(self, monitor: Monitor) -> None:
-        """Watches the four parts and ``monitor`` itself (as ``"monitor"``).
-
-        Args:
-            monitor: the monitor that watches them.
-        """
+        """Watches the four parts and ``monitor`` itself (as ``"monitor"``) on ``monitor``."""
         monitor.watch(self.collector, name="collector", schedule=Every.counter("frames", 20_000))
         monitor.watch(self.buffer, name="replay_buffer", schedule=Every.seconds(0.5), step="write_count")
         monitor.watch(self.server, name="inference", rate_keys=["requests", "batches"])
@@ -259,17 +251,13 @@ def stall_timing(seconds: float) -> tuple[float, float]:
 
 
 async def run_demo(seconds: float, logdir: Path, console: bool, stall: bool = False) -> int:
-    """Runs the demo for ``seconds`` into a new folder under ``logdir``; returns the exit code.
+    """Runs the demo for ``seconds`` into a new folder under ``logdir``; returns 0, or 130 on Ctrl-C (files whole either way).
 
     Args:
         seconds: how long the simulated training runs.
         logdir: the folder the run's folder is made in.
-        console: whether to show the live console table (rich) or lines.
-        stall: whether the collector stops producing frames part way (see
-            `stall_timing`), which the rule `stalled collector/frames` reports.
-
-    Returns:
-        0, or 130 when interrupted (Ctrl-C): the files are whole and flushed either way.
+        console: show the live console table (rich) rather than lines.
+        stall: stop the collector part way (see `stall_timing`).
     """
     from ..backends import CSVSink, JSONLSink, TensorBoardSink
 
@@ -326,9 +314,6 @@ def closing(
         left_out: ``"<watch>: key=value"`` examples of values that are not numbers.
         interrupted: whether Ctrl-C ended the run.
         alerts: the alert events that fired during the run.
-
-    Returns:
-        The lines to print.
     """
     sinks: dict[str, dict[str, float]] = {}
     for key, value in stats.items():

@@ -21,12 +21,6 @@ __all__ = ["MONITOR", "Summary", "alert_line", "describe", "duration", "episodes
 def duration(seconds: float) -> str:
     """A duration for people: ``2.0 s``, ``4m 05s``, ``3h 02m``.
 
-    Args:
-        seconds: the duration.
-
-    Returns:
-        The text.
-
     Examples:
         >>> [duration(s) for s in (2.04, 245, 3 * 3600 + 150)]
         ['2.0 s', '4m 05s', '3h 02m']
@@ -144,16 +138,7 @@ def _watch(w: WatchSummary, timed: bool) -> list[str]:
 
 
 def episodes(alerts: Sequence[AlertEvent]) -> list[tuple[AlertEvent, AlertEvent | None]]:
-    """Each firing event with the event that resolved it (``None`` while it still fires), in firing order.
-
-    Events pair by rule, watch, metric and source.
-
-    Args:
-        alerts: the run's alert events, in time order.
-
-    Returns:
-        ``[(firing, resolved_or_None), ...]``.
-    """
+    """Each firing event with the event that resolved it (``None`` while it fires), paired by rule, watch, metric and source."""
     open_: dict[tuple[Any, ...], int] = {}
     out: list[tuple[AlertEvent, AlertEvent | None]] = []
     for e in alerts:
@@ -170,14 +155,7 @@ def episodes(alerts: Sequence[AlertEvent]) -> list[tuple[AlertEvent, AlertEvent 
 
 
 def alert_line(firing: AlertEvent, resolved: AlertEvent | None) -> str:
-    """One line for an alert episode: when it fired, for how long, and its message.
-
-    Args:
-        firing: the firing event.
-        resolved: the event that resolved it, or ``None`` while it fires.
-
-    Returns:
-        The line.
+    """One line for an alert episode (``resolved`` is ``None`` while it fires): when, for how long, its message.
 
     Examples:
         >>> e = AlertEvent("stalled rb/size", "firing", "warning", "rb", "rb/size", 3.0, 0.0, 100.0, {}, "stuck")
@@ -197,20 +175,7 @@ def alert_line(firing: AlertEvent, resolved: AlertEvent | None) -> str:
 
 
 def describe(run: Run) -> list[str]:
-    """The lines ``monitor-async show`` prints for ``run``, read in one pass (memory per metric).
-
-    A header (the run's path and files, how many watches, pushed names,
-    metrics and records, its time span, its launches), a line per alert
-    episode, then per watch: its record count, step range and time span, and
-    for each metric its first and last value and, for a counter with a rate,
-    the last rate. Numbers are in engineering notation (``88.6k``);
-    ``export`` writes them exactly.
-
-    Args:
-        run: the run, from [load_run][monitor_async._cli.runs.load_run].
-
-    Returns:
-        The lines, without line breaks.
+    """The lines ``monitor-async show`` prints for ``run``, read in one pass (memory per metric); see [show](cli.md#show).
 
     Examples:
         >>> from pathlib import Path

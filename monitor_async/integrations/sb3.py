@@ -24,11 +24,8 @@ __all__ = ["MonitorCallback", "MonitorWriter"]
 class MonitorWriter(KVWriter):  # type: ignore[misc, unused-ignore]
     """An SB3 logger output that pushes every scalar SB3 records to a monitor with ``log()``.
 
-    SB3's ``"rollout/ep_rew_mean"`` is pushed as ``log("rollout", {"ep_rew_mean": ...},
-    step=num_timesteps)``, so the sinks see the key SB3 itself writes; keys
-    without a ``/`` go under ``name``. Non-scalars (videos, figures, images,
-    hyperparameters, strings) are left out. ``log()`` copies and queues, so
-    SB3's thread never waits for a sink.
+    ``"rollout/ep_rew_mean"`` becomes ``log("rollout", {"ep_rew_mean": ...},
+    step=num_timesteps)``; non-scalars are left out ([SB3](integrations/sb3.md)).
 
     Args:
         monitor: a `SyncMonitor` or `Monitor`.
@@ -60,26 +57,17 @@ class MonitorWriter(KVWriter):  # type: ignore[misc, unused-ignore]
 class MonitorCallback(BaseCallback):  # type: ignore[misc, unused-ignore]
     """An SB3 callback that watches the model and forwards what SB3's logger records.
 
-    At construction it watches itself under ``name``: ``stats()`` gives
-    ``timesteps`` (the model's ``num_timesteps``, also the watch's step),
-    ``episodes`` (finished episodes seen in the env's infos), ``fps``
-    (timesteps per second since this ``learn()`` started, as SB3's
-    ``time/fps``) and, once an episode finished, ``ep_rew_mean`` and
-    ``ep_len_mean`` over the model's episode buffer; ``timesteps`` and
-    ``episodes`` get rates. During ``learn()`` a `MonitorWriter` is one of
-    the model's logger outputs, so every value SB3 records
-    (``rollout/ep_rew_mean``, ``time/fps``, ``train/loss``...) reaches the
-    sinks too, pushed with ``log()``: nothing blocks SB3's thread.
+    It watches itself under ``name`` (``timesteps``, ``episodes``, ``fps``,
+    ``ep_rew_mean``, ``ep_len_mean``) and pushes SB3's values with ``log()``
+    during ``learn()``; see [Stable-Baselines3](integrations/sb3.md).
 
     Args:
-        monitor: a `SyncMonitor` (watches work from any thread) or a `Monitor`
-            (build the callback on the monitor's loop, then run
-            ``model.learn`` off it, e.g. with ``asyncio.to_thread``).
+        monitor: a `SyncMonitor`, or a `Monitor` (build the callback on its loop,
+            run ``model.learn`` off it, e.g. with ``asyncio.to_thread``).
         name: the watch's name.
         prefix: put before the names SB3's values are pushed under.
         verbose: SB3's verbosity of the callback.
-        **watch_options: more options of ``monitor.watch`` (``schedule``,
-            ``poll_interval``...).
+        **watch_options: more options of ``monitor.watch`` (``schedule``, ``poll_interval``...).
 
     Examples:
         >>> from monitor_async import SyncMonitor
@@ -89,8 +77,6 @@ class MonitorCallback(BaseCallback):  # type: ignore[misc, unused-ignore]
         >>> monitor.step()["sb3"]
         {'sb3/timesteps': 0.0, 'sb3/episodes': 0.0, 'sb3/fps': 0.0}
         >>> monitor.close()
-
-        With a model: ``model.learn(10_000, callback=MonitorCallback(monitor))``.
     """
 
     def __init__(

@@ -14,22 +14,8 @@ __all__ = ["EpisodeStats"]
 class EpisodeStats:
     """A target whose ``stats()`` reports finished episodes: counts, and returns and lengths over the last ones.
 
-    Fed three ways, which may be mixed:
-
-    - ``stats.wrap(env)`` wraps a Gymnasium env and counts each of its steps
-      and episodes (give the wrapped env to TorchRL's `GymWrapper` or to
-      SB3's `DummyVecEnv`; one `EpisodeStats` may wrap several envs);
-    - ``stats.record_info(info)`` reads the ``info["episode"]`` entries that
-      Gymnasium's `RecordEpisodeStatistics` and SB3's `Monitor` wrapper write
-      (a single env's info, a vector env's info, or SB3's list of infos);
-    - ``stats.record(episode_return, length)`` for one finished episode.
-
-    Keys of ``stats()``: ``episodes`` and ``steps`` (counters, for rates;
-    ``watch_options`` names them), and once an episode finished:
-    ``return/mean``, ``return/min``, ``return/max``, ``return/last``,
-    ``length/mean``, ``length/min``, ``length/max`` over the last ``window``
-    episodes. Recording and ``stats()`` take one lock, so the monitor's thread
-    may poll while the env steps on another.
+    Fed by ``wrap(env)``, ``record_info(info)`` or ``record(return, length)``,
+    which may be mixed; the keys are in [Gymnasium episodes](integrations/gymnasium.md).
 
     Args:
         window: how many of the latest episodes the returns and lengths are
@@ -67,12 +53,10 @@ class EpisodeStats:
         Args:
             episode_return: the sum of the episode's rewards.
             length: the episode's number of steps.
-            steps: add ``length`` to ``steps`` (``False`` when the steps were
-                counted one by one already, as ``wrap`` does).
+            steps: add ``length`` to ``steps`` (``False`` when they were counted one by one, as ``wrap`` does).
 
         Raises:
-            ValueError: ``episode_return`` is not a finite number or ``length``
-                is not a non-negative integer.
+            ValueError: ``episode_return`` is not finite or ``length`` not a non-negative integer.
         """
         value = float(episode_return)
         if not math.isfinite(value):
@@ -95,14 +79,9 @@ class EpisodeStats:
     def record_info(self, info: Mapping[str, Any] | Iterable[Mapping[str, Any]]) -> int:
         """Records the episodes an env's ``info`` reports finished; returns how many.
 
-        Reads ``info["episode"] = {"r": return, "l": length, ...}`` (one env:
-        Gymnasium's `RecordEpisodeStatistics`, SB3's `Monitor`), the vector
-        form with arrays and the ``info["_episode"]`` mask (Gymnasium's vector
-        `RecordEpisodeStatistics`), or a list of such infos (SB3's `VecEnv`:
-        ``infos`` in a callback's ``self.locals``).
-
         Args:
-            info: the info mapping, or a sequence of them.
+            info: an ``info`` with ``info["episode"] = {"r": ..., "l": ...}`` (one
+                env, or a vector env's arrays with ``info["_episode"]``), or a list of them (SB3).
         """
         if not isinstance(info, Mapping):
             return sum(self.record_info(one) for one in info)
@@ -122,11 +101,7 @@ class EpisodeStats:
         return done
 
     def wrap(self, env: Any) -> Any:
-        """``env`` (a Gymnasium env) wrapped so that its steps and episodes are counted here.
-
-        An episode ends when ``step`` returns ``terminated`` or ``truncated``;
-        ``reset`` starts a new one (an unfinished episode is not counted).
-        Needs the ``[gymnasium]`` extra.
+        """``env`` (a `gymnasium.Env`) wrapped so that its steps and episodes are counted here (the ``[gymnasium]`` extra).
 
         Args:
             env: a `gymnasium.Env`.
