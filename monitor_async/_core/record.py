@@ -12,10 +12,9 @@ __all__ = ["EMPTY_SOURCE", "Record", "Source", "new_record"]
 class Source(Mapping[str, Any]):
     """A small read-only mapping: where a record came from (``Record.source``).
 
-    Empty in a plain single process; ``{"rank": 3}`` on a rank of a job of
-    several; a [RaySink][monitor_async.backends.RaySink] adds ``host``,
-    ``pid`` and ``node`` (the Ray node id) of the sending process. Immutable,
-    hashable, picklable and equal to a dict with the same items.
+    Empty in a single process, ``{"rank": 3}`` on a rank of a job; a
+    [RaySink][monitor_async.backends.RaySink] adds ``host``, ``pid`` and ``node``.
+    Immutable, hashable, picklable, equal to a dict of the same items.
 
     Args:
         items: the fields (str keys; values int, float, str or bool).
@@ -76,22 +75,16 @@ EMPTY_SOURCE = Source()
 
 @dataclass(frozen=True, slots=True)
 class Record:
-    """One logged snapshot of one watched target.
-
-    A record is immutable and shared by every sink it is delivered to.
+    """One logged snapshot of one watched target, immutable and shared by every sink it reaches.
 
     Attributes:
         name: the watch name the snapshot belongs to.
-        step: the logging step taken from the snapshot (``watch(step=...)``),
-            or ``None`` when the sink should number the records itself.
-        time: unix time (seconds) of the poll that produced the snapshot.
-        metrics: flat ``{"<name>/<metric>": float}`` mapping, rates included.
-        source: where the record came from, a small read-only mapping
-            ([Source][monitor_async.distributed.Source]): empty in a plain
-            single process; ``{"rank": r}`` on a rank of a job of several;
-            a [RaySink][monitor_async.backends.RaySink] adds the sender's
-            ``host``, ``pid`` and Ray ``node`` id. A plain mapping given here
-            is made read-only.
+        step: the step taken from the snapshot (``watch(step=...)``), or ``None``
+            for the sink to number the records.
+        time: unix time (seconds) of the poll that produced it.
+        metrics: flat ``{"<name>/<metric>": float}``, rates included.
+        source: where it came from ([Source][monitor_async.distributed.Source]);
+            a plain mapping given here is made read-only.
 
     Examples:
         >>> r = Record(name="rb", step=3, time=0.0, metrics={"rb/size": 3.0})
@@ -112,13 +105,7 @@ class Record:
             object.__setattr__(self, "source", Source(self.source) if self.source else EMPTY_SOURCE)
 
     def with_source(self, more: Mapping[str, Any]) -> Record:
-        """This record with ``more`` added to its source (``more`` wins on a shared key).
-
-        Args:
-            more: the fields to add, e.g. ``{"host": "n1", "pid": 42}``.
-
-        Returns:
-            A new record sharing this one's metrics dict.
+        """This record with ``more`` added to its source (``more`` wins), sharing this one's metrics dict.
 
         Examples:
             >>> Record("rb", None, 0.0, {}, {"rank": 1}).with_source({"pid": 7}).source
@@ -138,12 +125,10 @@ _set_name, _set_step, _set_time, _set_metrics, _set_source = (
 def new_record(
     name: str, step: int | None, time: float, metrics: dict[str, float], source: Source = EMPTY_SOURCE
 ) -> Record:
-    """``Record(name, step, time, metrics, source)`` for the poll path, in about 60% of the time.
+    """``Record(name, step, time, metrics, source)`` for the poll path, filling the slots directly.
 
-    A frozen dataclass's ``__init__`` sets each field through
-    ``object.__setattr__``; this fills the slots through their descriptors
-    directly. The result is an ordinary ``Record`` (equal, frozen,
-    picklable). ``source`` must already be a
+    A frozen dataclass's ``__init__`` goes through ``object.__setattr__`` per
+    field; the result is an ordinary ``Record``. ``source`` must already be a
     [Source][monitor_async.distributed.Source].
 
     Examples:

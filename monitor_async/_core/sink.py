@@ -1,14 +1,9 @@
 """The sink protocol and the two bases every sink builds on.
 
-- [BaseSink][monitor_async.BaseSink]: opens lazily on first write (or on ``async with``), so a
-  sink built in sync code works on whatever loop the monitor runs;
-  ``write`` after ``close()`` raises a clear error; ``close()`` is idempotent.
-- [ThreadedSink][monitor_async.ThreadedSink]: for blocking libraries (tensorboardX, wandb, legacy
-  loggers). Its ``*_blocking`` hooks run on one daemon worker thread owned
-  by the sink, one call at a time, in order; exceptions come back to the
-  awaiting writer task. The thread ends when the sink is closed, or at once
-  when a monitor that stops asks ([ThreadedSink.retire_worker][monitor_async.ThreadedSink.retire_worker]); it
-  starts again at the next call.
+[BaseSink][monitor_async.BaseSink] opens lazily on first write, so a sink
+built in sync code works on whatever loop the monitor runs;
+[ThreadedSink][monitor_async.ThreadedSink] runs a blocking library's hooks on
+one daemon worker thread of its own, in order.
 """
 
 from __future__ import annotations
@@ -35,26 +30,10 @@ S = TypeVar("S", bound="BaseSink")
 class Sink(Protocol):
     """Anything the monitor can write to. All three calls run on the monitor's loop.
 
-    A sink may also define ``async def write_batches(batches)``: several
-    batches (each at most ``max_batch`` records), to be written in order as
-    if by one ``write`` each. A background writer that gathered more than
-    ``max_batch`` records hands them over in one such call when the sink has
-    it, so a sink that works on a thread makes one trip there instead of one
-    per batch. [BaseSink][monitor_async.BaseSink] has it.
-
-    A sink may also define ``counters() -> Mapping[str, float]``: figures of
-    its own (a network sink's ``retries``, ``spooled``...), which
-    ``Monitor.stats()`` reports as ``sink/<label>/<key>`` beside the
-    monitor's own per-sink counters (those win on a name clash). It is called
-    on the monitor's loop and must not block.
-
-    A sink may also define ``async def alert(self, event)``: it then gets
-    every [`AlertEvent`][monitor_async.AlertEvent] of the monitor's alert
-    rules (firing and resolved), in order, from the sink's own writer, through
-    a bounded queue of its own beside the records'
-    (``sink/<label>/alerts_written`` and ``alerts_dropped`` count them). A
-    sink without it never sees events. Like ``write``, it may take its time:
-    the rules and the polls never wait for it.
+    Optional: ``async def write_batches(batches)`` (several batches in one
+    call), ``counters()`` (figures reported as ``sink/<label>/<key>``; must not
+    block) and ``async def alert(event)`` (every [`AlertEvent`][monitor_async.AlertEvent],
+    through a bounded queue of its own). See [sinks](sinks.md) and [alerts](alerts.md).
     """
 
     async def write(self, records: Sequence[Record]) -> None: ...
@@ -184,11 +163,7 @@ class ThreadedSink(BaseSink):
             self.retire_worker()
 
     def retire_worker(self) -> list[threading.Thread]:
-        """Lets this sink's worker thread end as soon as it is idle (a later call starts one again).
-
-        Returns the thread when it was idle already (it ends promptly; a
-        caller off the loop may join it), else nothing.
-        """
+        """Lets this sink's worker thread end once idle (a later call starts one); returns it when already idle, for joining."""
         return self._worker.retire() if self._worker is not None else []
 
     def open_blocking(self) -> None:

@@ -1,28 +1,15 @@
 """How a watch calls its target's ``stats()``: one small strategy per way.
 
-- ``InlineCaller`` calls ``stats()`` on the event loop. Cheapest; the
-  result may be a mapping or an awaitable (``async def stats``, a future).
-  In ``auto`` mode it times each call and asks to be moved to a thread when
-  the calls turn out slow.
-- ``ThreadCaller`` runs a blocking ``stats()`` on the monitor's daemon
-  worker pool (IPC proxies, locks, remote calls), and copies and flattens
-  its result there too (``Watch.prepare``), so a lazy mapping with slow
-  reads never holds up the loop.
-- ``RemoteCaller`` calls ``handle.stats.remote(**kwargs)`` on a Ray
-  actor handle (anything whose ``stats`` has a ``.remote``) and awaits the
-  ``ObjectRef`` through its ``future()``, without ``ray.get`` on the loop.
-  Ray is never imported here.
+``InlineCaller`` calls on the event loop (timing calls in ``auto`` mode);
+``ThreadCaller`` runs a blocking ``stats()`` on the worker pool and copies
+and flattens the result there; ``RemoteCaller`` awaits a Ray actor's
+``stats.remote()`` ``ObjectRef`` (Ray is never imported here).
 
-A watch has at most one thread or remote call in flight:
-
-- a call that times out is abandoned, not cancelled (neither can be), and
-  every poll raises ``Busy`` until it returns, so a hung target never
-  piles up threads or queued actor calls;
-- a poll that finds another poll already waiting for the call (a ``step()``
-  during background polling) raises ``Busy`` too;
-- a call whose waiting poll was cancelled without timing out (``stop()``
-  cancelling the poll task) is joined by the next poll, which is how the
-  final snapshot of a slow target is still taken.
+A watch has at most one thread or remote call in flight: a call that timed
+out is abandoned (neither can be cancelled) and polls raise ``Busy`` until
+it returns, as does a poll that finds another waiting; a call whose poll was
+cancelled without timing out is joined by the next poll, so a slow target's
+final snapshot is still taken.
 """
 
 from __future__ import annotations
@@ -70,11 +57,9 @@ class Busy(Exception):
 
 
 class Caller:
-    """Calls ``stats()`` once per poll. ``mode`` names the strategy.
+    """Calls ``stats()`` once per poll; ``mode`` names the strategy, ``owner`` is the watch it serves.
 
-    ``owner`` is the watch the caller serves, set by the watch: a call that
-    runs on a worker thread hands its result to ``owner.prepare(result)``
-    there, so the copying and flattening happen on that thread too.
+    A worker-thread call hands its result to ``owner.prepare(result)`` there.
     """
 
     __slots__ = ()
@@ -108,11 +93,9 @@ _UNBOUND: Any = object()
 class InlineCaller(Caller):
     """Calls ``stats()`` directly on the event loop.
 
-    With ``auto=True`` it times each call; when ``SLOW_CALLS_TO_PROMOTE``
-    of the last ``SLOW_CALLS_WINDOW`` calls took longer than
-    ``SLOW_CALL_SECONDS`` it sets ``wants_thread`` and the poller moves
-    the watch to a ``ThreadCaller``. A call that returns an awaitable is
-    never counted: its awaitable may belong to this loop.
+    With ``auto=True``, ``SLOW_CALLS_TO_PROMOTE`` slow calls of the last
+    ``SLOW_CALLS_WINDOW`` set ``wants_thread``. A call returning an awaitable is
+    not timed: the awaitable may belong to this loop.
     """
 
     # what every call reads first, so that they share a cache line (see Watch.__slots__)
@@ -262,12 +245,7 @@ def make_caller(
     offload: str,
     pool: Callable[[], WorkerPool],
 ) -> Caller:
-    """Picks the strategy for ``fn`` (``target.stats`` or the user's ``stats_fn``).
-
-    A Ray handle (``fn.remote`` exists) is always remote and an ``async def``
-    always runs on the loop, whatever ``offload`` says: ``offload`` is about
-    where a *sync* ``stats()`` runs.
-    """
+    """Picks the strategy for ``fn``: a Ray handle is remote and an ``async def`` inline, whatever ``offload`` says."""
     remote = getattr(fn, "remote", None)
     if callable(remote) and not inspect.isroutine(fn):
         return RemoteCaller(remote, kwargs)

@@ -1,16 +1,11 @@
 """The event loops the sync facade runs the monitor on, and how they end: bounded, and joined.
 
-- ``LoopThread`` (``background=True``): a daemon thread running an anyio
-  ``BlockingPortal``; any thread calls into it, several at once.
-- ``PrivateLoop`` (``background=False``): a loop run by the thread that
-  calls, so a ``step()`` costs no thread hop; while one thread runs it,
-  another thread's call (a watchdog's ``stop()``) is handed to it.
-
-Both loops are ours (``new_loop``): their default executor, through which
-file sinks write (aiofiles), is made of daemon threads that end when the loop
-ends; and ``close_loop`` ends a loop within a deadline, leaving behind a
-task whose user code ignores its cancellation, rather than waiting for it
-forever as ``asyncio.run``/``anyio.run`` would.
+``LoopThread`` (``background=True``) is a daemon thread running an anyio
+``BlockingPortal``; ``PrivateLoop`` (``background=False``) is run by the
+calling thread, so ``step()`` costs no thread hop. Both come from
+``new_loop``, with a default executor of daemon threads (file sinks write
+through it), and ``close_loop`` ends a loop within a deadline rather than
+waiting forever for a task that ignores its cancellation.
 """
 
 from __future__ import annotations
@@ -121,12 +116,13 @@ async def _serve(ready: Future[BlockingPortal], grace: float) -> None:
 
 
 class LoopThread:
-    """A daemon thread running a BlockingPortal on a loop of ours (not ``start_blocking_portal()``: its
-    generator, if left open, is finalised at interpreter exit and waits forever for the frozen thread).
+    """A daemon thread running a BlockingPortal on a loop of ours.
+
+    Not ``start_blocking_portal()``: its generator, if left open, is finalised
+    at interpreter exit and waits forever for a frozen thread.
 
     Args:
-        grace: seconds granted, when it ends, to calls and tasks still under
-            way before they are left behind.
+        grace: seconds granted at the end to calls and tasks still under way.
     """
 
     def __init__(self, grace: float) -> None:
@@ -156,12 +152,9 @@ class LoopThread:
             self._calls += 1
 
     def call(self, fn: Callable[[], Any], limit: float | None = None) -> Any:
-        """``fn()`` on the loop (awaited when it returns an awaitable), after ``enter``.
+        """``fn()`` on the loop (awaited if it returns an awaitable), after ``enter``; ``LoopBusy`` after ``limit`` s.
 
-        ``limit``: seconds to wait for it; then it is cancelled and
-        ``LoopBusy`` raised. (A call with a limit goes straight to the
-        loop: the portal's own hand-over waits for the loop to take it, which
-        a blocked loop never does.)
+        A call with a limit bypasses the portal's hand-over, which a blocked loop never takes.
         """
         try:
             if limit is None:
@@ -193,9 +186,8 @@ class LoopThread:
 class PrivateLoop:
     """A loop of ours, run by the thread that calls; a call from another thread meanwhile is handed to it.
 
-    In the calling thread a ``KeyboardInterrupt`` (Ctrl-C) propagates to the
-    caller (``CALLER_THREAD`` is set for the call's tasks); what it
-    interrupted is cancelled, so the loop stays usable.
+    A ``KeyboardInterrupt`` in the calling thread propagates to the caller and
+    cancels what it interrupted, so the loop stays usable.
 
     Args:
         grace: seconds granted to what is left when it ends or is interrupted.
