@@ -39,16 +39,8 @@ async def tail(
 ) -> None:
     """Shows the run at ``path`` as ``ConsoleSink`` does, following its files as they grow.
 
-    On a terminal with rich installed this is the console sink's live table
-    (one row per watch, its latest values and rates, the monitor's summary
-    line); anywhere else one line per record, starting with each watch's
-    latest record so far (the history is streamed: memory per watch, not per
-    record). Files are read on a worker thread, every ``interval`` seconds,
-    from where the last read stopped; a torn last line waits for its end,
-    files of the run's format that appear later (a second monitor's) are
-    followed too, and a file replaced at its path (rotation) is read to its
-    end, then the new one from its start. Runs until ``stop`` is set or the
-    task is cancelled (Ctrl-C); the table is left on screen.
+    A live table on a terminal with rich, else one line per record; runs until
+    ``stop`` is set or the task is cancelled. What it follows is in [tail](cli.md#tail).
 
     Args:
         path: a run's folder, or one of its files (any format ``show`` reads).

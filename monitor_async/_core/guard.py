@@ -1,25 +1,12 @@
 """Running user code without trusting it: whose exception is whose, and deadlines that hold.
 
-The monitor runs user code (a target's ``stats()``, a sink's ``write``,
-``flush`` and ``close``) on its loop, on its worker threads, and inside the
-caller's ``step()``. Two rules keep that code from ending the monitor:
-
-- What user code raises is a failure *of that code* (counted and reported
-  through ``on_error``): every ``Exception``, and ``KeyboardInterrupt``,
-  ``SystemExit`` and a stray ``CancelledError`` too (asyncio re-raises the
-  first two out of the event loop, which would end every poll and every
-  writer). What propagates instead (``must_propagate``): a
-  ``CancelledError`` while the task running the code is really being
-  cancelled (``stop()``, the caller's own cancel); a ``KeyboardInterrupt``
-  raised in the caller's own thread (``SyncMonitor(background=False)`` drives
-  its loop there, see ``CALLER_THREAD``), which reaches the caller as
-  Python would deliver it; and a ``BaseException`` subclass of the user's own
-  (a test framework's outcome, a library's bypass), which ends the one poll
-  task or writer it was raised in, as it was meant to bypass handlers.
-- A wait on user code has a deadline that holds even when the code ignores
-  its cancellation: the code runs in a task of its own, the waiter waits on a
-  plain future completed by that task's end (`within`), and a task
-  that does not end in time is left behind, never awaited.
+What user code (``stats()``, a sink's calls) raises is a failure of that
+code, ``KeyboardInterrupt``, ``SystemExit`` and a stray ``CancelledError``
+included, since asyncio would let them end the loop. Only what
+``must_propagate`` says goes through: a real cancel, a Ctrl-C in the
+caller's own thread (``CALLER_THREAD``), and a ``BaseException`` of the
+user's own. Waits on user code go through `within`, whose deadline holds
+even when the code ignores its cancellation.
 """
 
 from __future__ import annotations
@@ -60,10 +47,9 @@ def must_propagate(exc: BaseException) -> bool:
 
 
 def as_error(exc: BaseException, kind: type[MonitorError], message: str) -> BaseException:
-    """What ``on_error="raise"`` keeps for ``exc``: an ``Exception`` as it was raised; otherwise
-    (a ``KeyboardInterrupt``, ``SystemExit``... here or on a worker thread) a ``kind`` error saying
-    ``message``, with the original as ``__cause__``, so that re-raising it never reads as Ctrl-C or
-    an exit to the caller.
+    """What ``on_error="raise"`` keeps for ``exc``: an ``Exception`` as raised, else a ``kind`` error saying ``message``.
+
+    The original is its ``__cause__``, so re-raising never reads as a Ctrl-C or an exit.
     """
     if isinstance(exc, RaisedOnThread):
         original: BaseException = exc.original
@@ -79,11 +65,9 @@ def as_error(exc: BaseException, kind: type[MonitorError], message: str) -> Base
 async def within(future: asyncio.Future[Any] | None, limit: float | None, *, cancel: bool = False) -> bool:
     """Waits until ``future`` is done, at most ``limit`` seconds (``None``: no limit); True when done.
 
-    The one deadline helper. It never awaits ``future`` itself: it waits on a
-    plain future that ``future``'s end completes, so a task that swallows its
-    cancellation cannot hold the waiter past the deadline. With ``cancel``,
-    a ``future`` still pending on return (time ran out, or the waiter was
-    cancelled) is cancelled; otherwise it is left alone. ``None`` is done.
+    The one deadline helper: it waits on a plain future that ``future``'s end
+    completes, so a task swallowing its cancellation cannot hold the waiter.
+    With ``cancel``, a ``future`` still pending on return is cancelled. ``None`` is done.
     """
     if future is None or future.done():
         return True

@@ -35,16 +35,10 @@ def rate_names(keys: Iterable[str] | None = None) -> dict[str, str]:
 
 
 def split_rates(metrics: Mapping[str, float]) -> tuple[list[tuple[str, float, float | None]], list[tuple[str, float]]]:
-    """``metrics`` as ``(key, value, its rate or None)``, and the rates with no counter beside them.
+    """``metrics`` (short names) as ``(key, value, its rate or None)``, and the ``(stem, rate)`` pairs with no counter.
 
-    A rate ``<stem>_per_second`` belongs to the counter ``<stem>``, or to the
-    counter a default rate name comes from (``writes`` -> ``write_count``).
-
-    Args:
-        metrics: short metric names (no ``"<name>/"`` prefix) to values.
-
-    Returns:
-        ``(values, lone_rates)``; ``lone_rates`` holds ``(stem, rate)`` pairs.
+    A rate ``<stem>_per_second`` belongs to ``<stem>``, or to the counter a
+    default rate name comes from (``writes`` -> ``write_count``).
 
     Examples:
         >>> split_rates({"frames": 10.0, "frames_per_second": 5.0, "x_per_second": 1.0})
@@ -64,11 +58,7 @@ def split_rates(metrics: Mapping[str, float]) -> tuple[list[tuple[str, float, fl
 
 
 def sink_label(kind: str, name: object = None) -> str:
-    """A sink's label in ``Monitor.stats()`` (``sink/<label>/...``) and in messages.
-
-    ``name`` when it is a non-empty string (the user's ``name=`` wins), else the
-    class name ``kind`` lowercased without a trailing ``sink``; a name that is
-    only ``Sink`` stays ``"sink"``.
+    """A sink's label (``sink/<label>/...``): ``name`` when a non-empty string, else ``kind`` lowercased without ``sink``.
 
     Examples:
         >>> sink_label("CSVSink"), sink_label("TensorBoardSink"), sink_label("CSVLogger")

@@ -10,29 +10,18 @@ from .exceptions import ConfigError
 
 @dataclass(frozen=True, slots=True)
 class Every:
-    """When to log a watched target (TorchRL's ``Every``, same rules).
+    """When to log a watched target (TorchRL's ``Every``, same arguments).
 
-    - ``Every.seconds(s)``: log when at least ``s`` seconds passed since the
-      target was last logged.
-    - ``Every.counter(key, n)``: log when the cumulative counter ``key`` of the
-      snapshot crosses a multiple of ``n``. Several crossings between two
-      polls log once; a decrease (reset, restored state) re-baselines the
-      schedule and the rates without logging.
-
-    A watch without a schedule logs at every poll. ``Every.seconds(s)`` logs
-    on a grid: the k-th log is due at ``t0 + k * s`` (``t0``: the first poll);
-    a poll at or after the due time logs, and due times missed are skipped,
-    not caught up, so the points are evenly spaced whatever the polls' jitter
-    (TorchRL's rule, ``s`` seconds since the last log, drifts by up to a poll
-    interval per log).
+    ``Every.seconds(s)`` logs on a grid ``t0 + k * s``; ``Every.counter(key, n)``
+    logs when the counter ``key`` crosses a multiple of ``n``. The rules are in
+    [schedules](watching.md#schedules).
 
     Args:
-        kind: ``"seconds"`` (wall clock) or ``"counter"`` (a cumulative
-            counter of the snapshot).
-        interval: seconds between logs, or counter units between logs;
-            strictly positive.
-        key: the counter's key in the snapshot (required for ``"counter"``;
-            also the record's default step).
+        kind: ``"seconds"`` (wall clock) or ``"counter"`` (a cumulative counter
+            of the snapshot).
+        interval: seconds, or counter units, between logs; > 0.
+        key: the counter's key (required for ``"counter"``; also the record's
+            default step).
 
     Examples:
         >>> Every.counter("frames", 1000)

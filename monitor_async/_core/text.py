@@ -10,16 +10,9 @@ _SUFFIXES = ("", "k", "M", "G", "T", "P", "E")
 
 
 def eng(value: float) -> str:
-    """``value`` with three significant digits and an SI suffix (``k``, ``M``, ``G``...).
+    """``value`` with three significant digits and an SI suffix, at most 8 characters below 1e21.
 
-    Whole numbers below 1000 print exactly; other numbers below 1000 keep
-    three significant digits; magnitudes under 0.001 use an exponent.
-
-    Args:
-        value: the number to show.
-
-    Returns:
-        The text, at most 8 characters for any finite value below 1e21.
+    Whole numbers below 1000 print exactly; magnitudes under 0.001 use an exponent.
 
     Examples:
         >>> [eng(v) for v in (300, 7.25, 88612.0, 1234567, 0.01234, -2500, 0.0, 999.99, 2e-5)]
@@ -49,13 +42,6 @@ def eng(value: float) -> str:
 def count(n: int, noun: str) -> str:
     """``n`` and ``noun``, plural unless ``n`` is 1: ``1 watch``, ``5 watches``, ``0 records``.
 
-    Args:
-        n: how many.
-        noun: the singular noun (``"watch"`` makes ``"watches"``).
-
-    Returns:
-        The text.
-
     Examples:
         >>> count(1, "watch"), count(5, "watch"), count(0, "record")
         ('1 watch', '5 watches', '0 records')
@@ -66,13 +52,7 @@ def count(n: int, noun: str) -> str:
 
 
 def age(seconds: float) -> str:
-    """How long ago, in one unit: ``4s``, ``12m``, ``3h``, ``2d`` (``99d+`` past that).
-
-    Args:
-        seconds: the age; a negative one (clocks of two machines apart) shows as ``0s``.
-
-    Returns:
-        The text, at most 4 characters.
+    """How long ago, in one unit of at most 4 characters: ``4s``, ``12m``, ``3h``, ``2d``, ``99d+``; negative is ``0s``.
 
     Examples:
         >>> [age(s) for s in (-1, 4.7, 750, 3 * 3600, 2 * 86400, 1e9)]
