@@ -1,15 +1,10 @@
 """Dead targets: a watched process that is gone is reported once, then polled with backoff.
 
-A poll that fails with an error saying the target's *process* is gone (a Ray
-``RayActorError`` / ``ActorDiedError``; a ``multiprocessing`` manager that
-died: ``EOFError``, ``ConnectionRefusedError``, ``ConnectionResetError``,
-``BrokenPipeError``, or ``FileNotFoundError`` for a Unix-socket manager) marks
-the watch dead: one report through ``on_error`` naming the watch, then its
-caller is wrapped in ``Resting``, which skips the watch's slots (counted
-as ``polls_missed``) and calls through once per backoff step: 1 s after the
-death, then 2, 4, 8, 16 and 30 s apart. The first call that answers brings
-the watch back as it was (logged at INFO). Nothing else waits on a dead
-target: skipping a slot costs one comparison.
+A poll error that says the process is gone (``is_dead``) marks the watch
+dead: one report through ``on_error``, then its caller is wrapped in
+``Resting``, which skips slots (``polls_missed``) and calls through after ``FIRST_RETRY``, then
+at doubling waits up to ``LONGEST_WAIT``; the first answer brings the watch back.
+See [dead targets](distributed.md#dead-targets).
 """
 
 from __future__ import annotations
@@ -39,15 +34,7 @@ _RAY_DEAD = frozenset({"RayActorError", "ActorDiedError"})
 
 
 def is_dead(exc: BaseException) -> bool:
-    """Whether ``exc`` says the target's process is gone (see the module docstring).
-
-    Ray's errors are recognised by class name, so Ray is never imported here.
-
-    Args:
-        exc: the error a poll failed with.
-
-    Returns:
-        ``True`` for a dead target.
+    """Whether ``exc``, a poll's error, says the target's process is gone (Ray's errors matched by name, never imported).
 
     Examples:
         >>> is_dead(ConnectionRefusedError()), is_dead(ValueError())
@@ -106,11 +93,7 @@ class Resting(Caller):
 
 
 def on_failure(counters: Counters, errors: ErrorPolicy, watch: Watch, exc: BaseException) -> bool:
-    """Called by the poller for every failed poll; ``True`` when the failure is a dead target's (handled here).
-
-    The first such failure reports the death once through ``on_error``
-    (naming the watch) and starts the backoff; failed retries are silent.
-    """
+    """Called for every failed poll; ``True`` when it is a dead target's (reported once, then backoff; retries are silent)."""
     if isinstance(watch.caller, Resting):
         return True
     if not is_dead(exc):

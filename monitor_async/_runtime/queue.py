@@ -1,11 +1,10 @@
 """Where a record is dropped: one sink's bounded queue, and the count of every record it was given.
 
-A `RecordQueue` belongs to no event loop (a monitor restarted on another loop
-keeps it) and knows nothing of writers: its `Channel` decides when a full
-queue drops its oldest record. Records are numbered in the order they were
-put; outside a write, ``written + dropped + queued + abandoned == delivered``
-(see [guarantees](guarantees.md)). A write that returns after its records
-were abandoned changes nothing (`epoch`).
+A `RecordQueue` belongs to no event loop and knows nothing of writers; its
+`Channel` decides when a full queue drops its oldest. Outside a write,
+``written + dropped + queued + abandoned == delivered``
+([the accounting](guarantees.md#the-accounting-closes-test_accountingpy));
+a write that returns after its records were abandoned changes nothing (`epoch`).
 """
 
 from __future__ import annotations
@@ -113,9 +112,8 @@ class RecordQueue:
     def end(self, epoch: int, count: int, outcome: str, stored: int = 0) -> bool:
         """Counts a write that ended: ``count`` records ``"written"``, ``"dropped"`` or ``"abandoned"``.
 
-        ``stored``: records of a partly failed write that did reach the sink
-        (counted as written). Returns False (and counts nothing) when the
-        write's records were abandoned meanwhile.
+        ``stored``: records of a partly failed write that reached the sink (counted
+        as written). ``False``, counting nothing, when the records were abandoned meanwhile.
         """
         if epoch != self.epoch:
             return False
