@@ -364,9 +364,19 @@ def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.1%}"
 
 
+def _against_figures(row: Row) -> list[tuple[tuple[str, str], str, float]]:
+    """A row's figures in the old-against-new table: ours, and the ratio its goal reads (to TorchRL, to its floor)."""
+    out = [((row.scenario, row.measure), row.unit, row.ours)]
+    if row.goal is not None and row.goal[0] == "ratio" and row.ratio is not None:
+        out.append(((row.scenario, f"{row.measure}: ours / TorchRL (goal >= {row.goal[1]:g})"), "x", row.ratio))
+    if row.goal is not None and row.goal[0] == "floor" and row.over_floor is not None:
+        out.append(((row.scenario, f"{row.measure}: ours / its floor (goal <= {row.goal[1]:g}x)"), "x", row.over_floor))
+    return out
+
+
 def against(
     old: Path, names: Sequence[str], quick: bool, baseline: bool, timeout: float, turns: int,
-    settings: dict[str, dict[str, Any]],
+    settings: dict[str, dict[str, Any]], json_path: Path | None = None,
 ) -> tuple[str, bool]:
     """Runs every scenario for the checkout ``old`` and for this tree by turns; returns the table and whether all ran.
 
@@ -403,9 +413,9 @@ def against(
                           + (f" FAILED: {error}" if error else ""), flush=True)
                     ok = ok and not error
                     for row in rows:
-                        key = (row.scenario, row.measure)
-                        units[key] = row.unit
-                        figures.setdefault(key, {"old": [], "new": []})[label].append(row.ours)
+                        for key, unit, value in _against_figures(row):
+                            units[key] = unit
+                            figures.setdefault(key, {"old": [], "new": []})[label].append(value)
     out = [
         f"Old: {old} ({_commit(old)}); new: {ROOT} ({_commit(ROOT)}); {turns} turns each, alternating.",
         "Figures are medians of the turns; noise is the spread (max - min) / median between the turns of one tree.",
@@ -422,6 +432,11 @@ def against(
             f"| {scenario} | {measure} | {fmt(a, unit)} | {fmt(b, unit)} | {ratio} "
             f"| {_pct(_spread(got['old']))} | {_pct(_spread(got['new']))} |"
         )
+    if json_path is not None:
+        json_path.write_text(json.dumps([
+            {"scenario": scenario, "measure": measure, "unit": units[(scenario, measure)], **got}
+            for (scenario, measure), got in figures.items()
+        ], indent=1), encoding="utf-8")
     marked = [name for name, kind in how.items() if kind == "old suite"]
     if marked:
         out.append(f"\nRun with the old tree's own suite (this suite's code needs what it lacks): {', '.join(marked)}.")
@@ -494,7 +509,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error("--turns: at least 2, to measure the noise")
         if not (args.against / "monitor_async").is_dir():
             parser.error(f"--against {args.against}: not a checkout of monitor-async (no monitor_async/ in it)")
-        text, ok = against(args.against.resolve(), names, args.quick, baseline, args.timeout, args.turns, settings)
+        text, ok = against(
+            args.against.resolve(), names, args.quick, baseline, args.timeout, args.turns, settings, args.json
+        )
         print(f"\n{command}\n\n{text}", flush=True)
         if args.output is not None:
             args.output.write_text(f"# Old against new\n\n- Command: `{command}`\n\n{text}\n", encoding="utf-8")
