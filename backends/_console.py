@@ -8,7 +8,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from monitor_async._core import AlertEvent, Ranks, Record, ThreadedSink, check_ranks
+from monitor_async._core import AlertEvent, Ranks, Record, ThreadedAlertSink, check_ranks
 
 from ._table import WatchTable, alert_line, eng, is_monitor, monitor_items, short, split_rates
 
@@ -43,7 +43,7 @@ def _tqdm_bar_active() -> Any:
     return cls if cls is not None and getattr(cls, "_instances", None) else None
 
 
-class ConsoleSink(ThreadedSink):
+class ConsoleSink(ThreadedAlertSink):
     """Shows the latest metrics of every watch on the console.
 
     A live table on a terminal with rich, else one compact line per record.
@@ -161,20 +161,8 @@ class ConsoleSink(ThreadedSink):
                 self._pending[r.name] = r
         self._emit(lines)
 
-    async def alert(self, event: AlertEvent) -> None:
-        """Shows an alert event: above the live table while it fires, or as one line (see [Alerts](alerts.md#consolesink)).
-
-        Args:
-            event: the event, firing or resolved.
-
-        Raises:
-            SinkClosedError: the sink is closed.
-        """
-        await self.open()  # idempotent; raises SinkClosedError once closed
-        await self.call(self.alert_blocking, event)
-
     def alert_blocking(self, event: AlertEvent) -> None:
-        """[alert][monitor_async.backends.ConsoleSink.alert] on the sink's worker thread."""
+        """Shows an alert event above the live table while it fires, or as one line (see [Alerts](alerts.md#consolesink))."""
         if self._live is not None:
             self.table.alert(event)
             self._live.refresh()

@@ -6,7 +6,7 @@ import importlib.util
 from collections.abc import Sequence
 from typing import Any
 
-from monitor_async._core import AlertEvent, Ranks, Record, ThreadedSink, check_ranks
+from monitor_async._core import AlertEvent, Ranks, Record, ThreadedAlertSink, check_ranks
 
 __all__ = ["WandbSink"]
 
@@ -36,7 +36,7 @@ def alert_title(event: AlertEvent) -> str:
     return title if len(title) <= _TITLE else title[: _TITLE - 1] + "…"
 
 
-class WandbSink(ThreadedSink):
+class WandbSink(ThreadedAlertSink):
     """Logs every record to a wandb run, each watch against its own step axis.
 
     What it promises: [Sinks: wandb](sinks.md#wandb-wandbsink).
@@ -115,20 +115,8 @@ class WandbSink(ThreadedSink):
             data[axis] = n if r.step is None else r.step
             run.log(data)
 
-    async def alert(self, event: AlertEvent) -> None:
-        """Sends ``event`` to the run as a wandb alert (see [Alerts](alerts.md#wandbsink)); opens the run first if needed.
-
-        Args:
-            event: the event, firing or resolved.
-
-        Raises:
-            SinkClosedError: the sink is closed.
-        """
-        await self.open()  # idempotent; raises SinkClosedError once closed
-        await self.call(self.alert_blocking, event)
-
     def alert_blocking(self, event: AlertEvent) -> None:
-        """[alert][monitor_async.backends.WandbSink.alert] on the sink's worker thread."""
+        """Sends ``event`` to the run as a wandb alert (see [Alerts](alerts.md#wandbsink))."""
         level = "INFO" if event.state == "resolved" else LEVELS[event.severity]
         self.run.alert(title=alert_title(event), text=event.message or event.rule, level=level)
 

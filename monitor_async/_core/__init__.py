@@ -26,7 +26,7 @@ from .exceptions import (
 from .loggers import LoggerSink, Report
 from .record import EMPTY_SOURCE, Record, Source
 from .schedule import Every
-from .sink import BaseSink, Sink, ThreadedSink
+from .sink import BaseSink, Sink, ThreadedAlertSink, ThreadedSink
 from .world import (
     RANKS,
     Ranks,
@@ -67,6 +67,7 @@ __all__ = [
     "Source",
     "StatsCycleError",
     "StatsTypeError",
+    "ThreadedAlertSink",
     "ThreadedSink",
     "WatchTypeError",
     "World",

@@ -15,12 +15,13 @@ from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from .alerts import AlertEvent
 from .exceptions import SinkClosedError
 from .names import sink_label
 from .record import Record
 from .threads import WorkerPool
 
-__all__ = ["BaseSink", "Sink", "ThreadedSink"]
+__all__ = ["BaseSink", "Sink", "ThreadedAlertSink", "ThreadedSink"]
 
 T = TypeVar("T")
 S = TypeVar("S", bound="BaseSink")
@@ -177,3 +178,22 @@ class ThreadedSink(BaseSink):
 
     def close_blocking(self) -> None:
         self.flush_blocking()
+
+
+class ThreadedAlertSink(ThreadedSink):
+    """A [ThreadedSink][monitor_async.ThreadedSink] that also takes alert events: ``alert_blocking(event)`` on its thread."""
+
+    async def alert(self, event: AlertEvent) -> None:
+        """Shows ``event`` (opening the sink first if needed) by running ``alert_blocking`` on the worker thread.
+
+        Args:
+            event: the event, firing or resolved.
+
+        Raises:
+            SinkClosedError: the sink is closed.
+        """
+        await self.open()  # idempotent; raises SinkClosedError once closed
+        await self.call(self.alert_blocking, event)
+
+    def alert_blocking(self, event: AlertEvent) -> None:
+        raise NotImplementedError
