@@ -85,6 +85,19 @@ def as_sink(obj: object) -> Any:
     return LoggerSink(obj)
 
 
+def _collect(calls: Iterable[Any]) -> list[Awaitable[Any]]:
+    """Makes ``calls`` (an iterator of the logger calls' results); returns the awaitables some of them gave back."""
+    pending: list[Awaitable[Any]] = []
+    try:
+        for result in calls:
+            if inspect.isawaitable(result):
+                pending.append(result)
+    except BaseException:
+        _discard(pending)
+        raise
+    return pending
+
+
 def _discard(pending: list[Awaitable[Any]]) -> None:
     """Closes coroutines that will not be awaited (no "never awaited" warning for them)."""
     for item in pending:
@@ -338,18 +351,24 @@ class LoggerSink(ThreadedSink):
             for report in self._wide.drain():
                 yield self.logger.write(report)
 
-    def _calls_blocking(self, batches: Sequence[Sequence[Record]]) -> list[Awaitable[Any]]:
-        """The calls, on the worker thread; returns the awaitables some of them gave back (to await on the loop)."""
-        pending: list[Awaitable[Any]] = []
+    def _batch_calls(self, batches: Sequence[Sequence[Record]]) -> Iterator[Any]:
+        for records in batches:
+            yield from self._each_call(records)
+
+    async def _run(self, calls: Iterator[Any]) -> None:
+        """Makes ``calls``: on the loop one at a time (a coroutine runs when awaited), else on the worker thread,
+        awaiting on the loop what some of them gave back."""
+        if self._on_loop:
+            for result in calls:
+                if inspect.isawaitable(result):
+                    await result
+            return
+        pending = await self.call(_collect, calls)
         try:
-            for records in batches:
-                for result in self._each_call(records):
-                    if inspect.isawaitable(result):
-                        pending.append(result)
-        except BaseException:
+            while pending:
+                await pending.pop(0)
+        finally:
             _discard(pending)
-            raise
-        return pending
 
     async def _open(self) -> None:
         return None  # nothing to open: the user's logger is ready (and no thread is needed for that)
@@ -358,21 +377,10 @@ class LoggerSink(ThreadedSink):
         await self._write_batches([records])
 
     async def _write_batches(self, batches: Sequence[Sequence[Record]]) -> None:
-        if self._on_loop:
-            for records in batches:
-                for result in self._each_call(records):  # one call at a time: a coroutine runs when awaited
-                    if inspect.isawaitable(result):
-                        await result
-            return
-        pending = await self.call(self._calls_blocking, batches)
-        try:
-            while pending:
-                await pending.pop(0)
-        finally:
-            _discard(pending)
+        await self._run(self._batch_calls(batches))
 
     def write_blocking(self, records: Sequence[Record]) -> None:
-        pending = self._calls_blocking([records])
+        pending = _collect(self._each_call(records))
         if pending:
             _discard(pending)
             raise SinkTypeError(
@@ -380,30 +388,9 @@ class LoggerSink(ThreadedSink):
                 "on the monitor's loop (write through LoggerSink.write, not write_blocking)"
             )
 
-    def _held_blocking(self) -> list[Awaitable[Any]]:
-        pending: list[Awaitable[Any]] = []
-        try:
-            for result in self._held_calls():
-                if inspect.isawaitable(result):
-                    pending.append(result)
-        except BaseException:
-            _discard(pending)
-            raise
-        return pending
-
     async def _flush(self) -> None:
         if self._wide is not None:
-            if self._on_loop:
-                for result in self._held_calls():
-                    if inspect.isawaitable(result):
-                        await result
-            else:
-                pending = await self.call(self._held_blocking)
-                try:
-                    while pending:
-                        await pending.pop(0)
-                finally:
-                    _discard(pending)
+            await self._run(self._held_calls())
         flush = getattr(self.logger, "flush", None)
         if not callable(flush):
             return
@@ -415,7 +402,7 @@ class LoggerSink(ThreadedSink):
             await result
 
     def flush_blocking(self) -> None:
-        pending = self._held_blocking()
+        pending = _collect(self._held_calls())
         if pending:
             _discard(pending)
             raise SinkTypeError(
