@@ -1,4 +1,7 @@
-"""What every scenario shares: result rows, the fake targets and sinks, TorchRL lookup, cadence maths."""
+"""What every scenario shares: result rows, the fake targets and sinks, TorchRL lookup, cadence maths.
+
+`Clocked` and `slot_share` come from the tests' `tests.support.timing`, which holds them for both.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +9,7 @@ import asyncio
 import importlib.util
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -17,6 +20,7 @@ from monitor_async.backends import CSVSink
 # the monitor only: the one private name the suite imports (at the same path in every tree it runs on).
 from monitor_async.backends._files import LineFile
 from monitor_async.distributed import EMPTY_SOURCE
+from tests.support.timing import Clocked, slot_share
 
 __all__ = [
     "RATE_NAMES",
@@ -166,17 +170,6 @@ class TwelveKeys:
         }
 
 
-class Clocked:
-    """A target that notes the ``time.monotonic()`` of every ``stats()`` call, then answers a few scalars."""
-
-    def __init__(self) -> None:
-        self.times: list[float] = []
-
-    def stats(self) -> dict[str, float]:
-        self.times.append(time.monotonic())
-        return {"calls": float(len(self.times)), "value": 1.0}
-
-
 class Bare:
     """The floor of the CSV scenarios: what polling the targets into CSV rows costs with no monitor at all.
 
@@ -275,21 +268,6 @@ def quiet() -> None:
     """Keeps expected warnings (a hung target, a sink falling behind) out of the benchmark output."""
     for name in ("monitor_async", "torchrl"):
         logging.getLogger(name).setLevel(logging.ERROR)
-
-
-def slot_share(times: Iterable[float], start: float, end: float, interval: float) -> tuple[int, int]:
-    """``(slots with a poll, slots)`` for one target polled every ``interval`` from ``start``.
-
-    The window ``[start, end)`` is cut into whole slots ``[start + k*interval,
-    start + (k+1)*interval)``. A slot counts when at least one ``stats()``
-    call began inside it, so a poll that comes more than one interval late
-    lands in a later slot and leaves its own slot empty, and a burst of
-    catch-up polls cannot fill more than one slot each.
-    """
-    slots = int((end - start) / interval + 1e-9)
-    limit = start + slots * interval
-    hit = {int((t - start) // interval) for t in times if start <= t < limit}
-    return len(hit), slots
 
 
 def window(warmup: float, seconds: float) -> tuple[float, float, float, float]:

@@ -32,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -41,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from monitor_async import Monitor
+from tests.support.network import free_port
 
 from ._common import NoopSink, Row, loop_window, quiet, slot_share
 
@@ -257,15 +257,9 @@ def run_ray_sink(
 
 
 # ------------------------------------------------------------------ 11. reduction
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _job(ranks: int, interval: float, warmup: float, seconds: float, reduce: bool) -> dict[str, float]:
     out = Path(tempfile.mkdtemp(prefix="bench-reduce-")) / "rank0.json"
-    port = _free_port()
+    port = free_port()
     procs = []
     for rank in range(ranks):
         env = {

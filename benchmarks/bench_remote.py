@@ -35,8 +35,9 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from tests.support.mlflow_server import MlflowServer
+
 from ._common import ClockedKeys, Row, quiet, slot_share, torchrl_monitor
-from ._mlflow_server import MlflowServer
 
 __all__ = ["run"]
 

@@ -16,7 +16,9 @@ import pytest
 from monitor_async import Alert, Monitor
 from monitor_async.backends import MemorySink
 from monitor_async.distributed import Reduce, World
-from tests.alerts.support import Events, Moving, until
+from tests.support.checks import wait_until
+from tests.support.sinks import Events
+from tests.support.targets import Moving
 
 dist = pytest.importorskip("torch.distributed")
 
@@ -39,11 +41,11 @@ async def test_a_stalled_then_silent_rank_is_reported_by_the_main_rank_with_its_
     for monitor in monitors:
         await monitor.start()
     try:
-        await until(lambda: any(r.metrics.get("learner/all/ranks") == 2
+        await wait_until(lambda: any(r.metrics.get("learner/all/ranks") == 2
                                 for r in monitors[0].sinks[0].records), what="both ranks on the board")
         learners[1].running = False
         stalled = time.monotonic()
-        await until(lambda: bool(main_events), what="rank 1's stall")
+        await wait_until(lambda: bool(main_events), what="rank 1's stall")
         assert time.monotonic() - stalled <= AFTER + 2 * INTERVAL + 0.5
         event = main_events[0]
         assert (event.rule, event.watch, event.metric, dict(event.source)) == (
@@ -51,7 +53,7 @@ async def test_a_stalled_then_silent_rank_is_reported_by_the_main_rank_with_its_
         assert "on rank 1" in event.message
         await monitors[1].stop()  # rank 1 goes away: its snapshot stops changing on the board
         gone = time.monotonic()
-        await until(lambda: any(e.rule == "quiet learner" for e in main_events), what="rank 1 quiet")
+        await wait_until(lambda: any(e.rule == "quiet learner" for e in main_events), what="rank 1 quiet")
         assert time.monotonic() - gone <= AFTER + 2 * INTERVAL + 0.5
         quiet = next(e for e in main_events if e.rule == "quiet learner")
         assert dict(quiet.source) == {"rank": 1}

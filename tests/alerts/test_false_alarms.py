@@ -8,7 +8,9 @@ from typing import Any
 
 from monitor_async import Alert, Every, Monitor
 from monitor_async.backends import MemorySink
-from tests.alerts.support import Events, Moving, until
+from tests.support.checks import wait_until
+from tests.support.sinks import Events
+from tests.support.targets import Moving
 
 INTERVAL = 0.01
 AFTER = 1.0
@@ -60,7 +62,7 @@ async def test_a_finished_collector_a_full_buffer_and_a_slow_counter_raise_nothi
     monitor.watch(FullBuffer(), name="rb")
     monitor.watch(Slow(), name="slow")
     async with monitor:
-        await until(lambda: monitor.stats()["polls"] >= 3 * INTERVALS, timeout=60)
+        await wait_until(lambda: monitor.stats()["polls"] >= 3 * INTERVALS, timeout=60)
     assert events == [], events.states()
     assert monitor.stats()["alerts_fired"] == 0.0
 
@@ -74,7 +76,7 @@ async def test_a_monitor_stopped_mid_run_raises_nothing_then_or_when_it_starts_a
     monitor.watch(target, name="c")
     for run in range(1, 4):
         await monitor.start()
-        await until(lambda run=run: monitor.stats()["polls"] >= 20 * run)  # type: ignore[misc]
+        await wait_until(lambda run=run: monitor.stats()["polls"] >= 20 * run)  # type: ignore[misc]
         await monitor.stop()
         polls = monitor.stats()["polls"]
         await asyncio.sleep(0.5)  # stopped for longer than `after`
@@ -95,8 +97,8 @@ async def test_a_scheduled_watch_that_keeps_moving_between_its_logged_records_do
     monitor.watch(moving, name="moving", schedule=Every.seconds(60.0))
     monitor.watch(stopping, name="stopping", schedule=Every.seconds(60.0))
     async with monitor:
-        await until(lambda: monitor.stats()["polls"] >= 20)
+        await wait_until(lambda: monitor.stats()["polls"] >= 20)
         stopping.running = False
-        await until(lambda: any(e.watch == "stopping" for e in events), timeout=30, what="the real stall")
-        await until(lambda: monitor.stats()["polls"] >= 2 * INTERVALS, timeout=60)
+        await wait_until(lambda: any(e.watch == "stopping" for e in events), timeout=30, what="the real stall")
+        await wait_until(lambda: monitor.stats()["polls"] >= 2 * INTERVALS, timeout=60)
     assert [(e.watch, e.state) for e in events] == [("stopping", "firing")], events.states()

@@ -10,7 +10,8 @@ import pytest
 
 from monitor_async import Alert, Monitor, SyncMonitor
 from monitor_async.backends import MemorySink
-from tests.alerts.support import Events, Moving
+from tests.support.sinks import Events
+from tests.support.targets import Moving
 
 
 def _spin(seconds: float) -> None:

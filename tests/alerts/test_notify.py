@@ -11,7 +11,9 @@ import pytest
 
 from monitor_async import Alert, AlertEvent, BaseSink, Monitor, Record
 from monitor_async.backends import MemorySink
-from tests.alerts.support import Events, Moving, until
+from tests.support.checks import wait_until
+from tests.support.sinks import Events
+from tests.support.targets import Moving
 
 INTERVAL = 0.05
 
@@ -34,9 +36,9 @@ async def _stall(monitor: Monitor, target: Moving, count: int = 1) -> None:
     async with monitor:
         await asyncio.sleep(0.15)
         target.running = False
-        await until(lambda: monitor.stats()["alerts_fired"] >= count, what="the stall")
+        await wait_until(lambda: monitor.stats()["alerts_fired"] >= count, what="the stall")
         target.running = True
-        await until(lambda: monitor.stats()["alerts_firing"] == 0, what="the resolve")
+        await wait_until(lambda: monitor.stats()["alerts_firing"] == 0, what="the resolve")
 
 
 async def test_the_logger_says_warning_when_firing_error_when_critical_info_when_resolved(
@@ -73,7 +75,7 @@ async def test_sync_and_async_notifiers_and_a_rules_own_notifier_get_every_event
                       alerts=[Alert.stalled("a/frames", after=0.2, notify=own)])
     monitor.watch(target, name="a")
     await _stall(monitor, target)
-    await until(lambda: len(monitor_wide) == len(own) == len(got_async) == 2)
+    await wait_until(lambda: len(monitor_wide) == len(own) == len(got_async) == 2)
     assert [e.state for e in own] == ["firing", "resolved"]
     assert threading.main_thread().name not in caller_threads, "a sync notifier runs off the loop's thread"
 
@@ -101,18 +103,18 @@ async def test_a_raising_or_hung_notifier_is_counted_and_warned_and_the_others_g
         async with monitor:
             await asyncio.sleep(0.15)
             targets[0].running = False
-            await until(lambda: len(good) == 1)
-            await until(lambda: monitor.stats()["notify_errors"] >= 2, what="the hang counted")  # raised + hung
+            await wait_until(lambda: len(good) == 1)
+            await wait_until(lambda: monitor.stats()["notify_errors"] >= 2, what="the hang counted")  # raised + hung
             for target in targets[1:]:
                 target.running = False
-            await until(lambda: len(good) == 3, what="the other notifier got every event")
+            await wait_until(lambda: len(good) == 3, what="the other notifier got every event")
             assert len(hung_calls) == 1, "a hung notifier gets no new call until it returns"
             assert monitor.stats()["notify_skipped"] >= 2
             release.set()
             for target in targets:
                 target.running = True
-            await until(lambda: len(good) == 6)
-            await until(lambda: len(hung_calls) > 1, what="the notifier called again once it returned")
+            await wait_until(lambda: len(good) == 6)
+            await wait_until(lambda: len(hung_calls) > 1, what="the notifier called again once it returned")
     messages = " ".join(r.getMessage() for r in caplog.records)
     assert "raises raised RuntimeError('webhook down')" in messages
     assert "did not return within notify_timeout=0.2s" in messages

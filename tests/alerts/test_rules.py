@@ -12,7 +12,9 @@ import pytest
 
 from monitor_async import Alert, AlertEvent, ConfigError, Monitor, SyncMonitor
 from monitor_async.backends import MemorySink
-from tests.alerts.support import Events, Moving, until
+from tests.support.checks import wait_until
+from tests.support.sinks import Events
+from tests.support.targets import Moving
 
 INTERVAL = 0.05
 
@@ -29,10 +31,10 @@ async def test_a_counter_that_stops_fires_once_within_after_plus_two_polls_and_r
                       notify=events)
     monitor.watch(target, name="collector")
     async with monitor:
-        await until(lambda: target.frames >= 300)
+        await wait_until(lambda: target.frames >= 300)
         target.running = False
         stopped = time.monotonic()
-        await until(lambda: bool(_fired(events, "stalled collector/frames")), what="the stall")
+        await wait_until(lambda: bool(_fired(events, "stalled collector/frames")), what="the stall")
         took = time.monotonic() - stopped
         assert took <= after + 2 * INTERVAL + 0.3  # the last increase may land one poll after `running` cleared
         await asyncio.sleep(3 * INTERVAL)
@@ -44,7 +46,7 @@ async def test_a_counter_that_stops_fires_once_within_after_plus_two_polls_and_r
         assert f"last value {target.frames}" in event.message
         assert monitor.stats()["alerts_firing"] == 1.0
         target.running = True
-        await until(lambda: ("stalled collector/frames", "resolved") in events.states(), what="the resolve")
+        await wait_until(lambda: ("stalled collector/frames", "resolved") in events.states(), what="the resolve")
         assert monitor.firing() == []
     stats = monitor.stats()
     assert stats["alerts_fired"] == 1.0 and stats["alerts_firing"] == 0.0
@@ -76,7 +78,7 @@ async def test_a_reset_counts_as_movement_and_unless_holds_the_rule() -> None:
         await asyncio.sleep(1.0)
         assert _fired(events, "stalled done/frames") == []
         finished.extra["completed"] = 0  # not finished after all: the stall counts from the last increase
-        await until(lambda: bool(_fired(events, "stalled done/frames")))
+        await wait_until(lambda: bool(_fired(events, "stalled done/frames")))
     assert [e for e in events if e.rule == "stalled reset/frames"] == [] or all(
         "reset/frames" in e.message for e in events if e.rule == "stalled reset/frames"
     )
@@ -98,16 +100,16 @@ async def test_a_hung_target_goes_quiet_and_stalls() -> None:
     ])
     monitor.watch(stats_fn=stats, name="learner")
     async with monitor:
-        await until(lambda: target.frames >= 300)
+        await wait_until(lambda: target.frames >= 300)
         target.running = False
         hung = time.monotonic()
-        await until(lambda: len({e.rule for e in events}) == 2, what="quiet and stalled")
+        await wait_until(lambda: len({e.rule for e in events}) == 2, what="quiet and stalled")
         assert time.monotonic() - hung <= after + 2 * INTERVAL + 0.3
         severities = {e.rule: e.severity for e in events}
         assert severities == {"quiet learner": "warning", "stalled learner/frames": "critical"}
         target.running = True
         release.set()
-        await until(lambda: sum(e.state == "resolved" for e in events) == 2, what="both resolved")
+        await wait_until(lambda: sum(e.state == "resolved" for e in events) == 2, what="both resolved")
 
 
 async def test_a_pushed_name_that_stops_logging_goes_quiet() -> None:
@@ -118,10 +120,10 @@ async def test_a_pushed_name_that_stops_logging_goes_quiet() -> None:
             monitor.log("trainer", {"loss": 1.0})
             await asyncio.sleep(0.05)
         assert events == []
-        await until(lambda: bool(events), what="the quiet push")
+        await wait_until(lambda: bool(events), what="the quiet push")
         assert events[0].watch == "trainer" and events[0].state == "firing"
         monitor.log("trainer", {"loss": 1.0})
-        await until(lambda: len(events) == 2)
+        await wait_until(lambda: len(events) == 2)
         assert events[1].state == "resolved"
 
 
@@ -133,19 +135,19 @@ async def test_a_nan_is_reported_within_one_poll_named_with_its_value_and_still_
     monitor.watch(stats_fn=lambda: values, name="learner")
     monitor.watch(stats_fn=lambda: values, name="threaded", offload="thread")
     async with monitor:
-        await until(lambda: len(sink.records) >= 4)
+        await wait_until(lambda: len(sink.records) >= 4)
         values["loss"] = math.nan
         values["nested"] = {"grad": math.inf}
-        await until(lambda: len({(e.watch, e.metric) for e in events}) == 4, timeout=5 * INTERVAL + 5)
+        await wait_until(lambda: len({(e.watch, e.metric) for e in events}) == 4, timeout=5 * INTERVAL + 5)
         fired = {(e.watch, e.metric): e.value for e in events}
         assert math.isnan(fired["learner", "learner/loss"]) and fired["learner", "learner/nested/grad"] == math.inf
         assert math.isnan(fired["threaded", "threaded/loss"]), "a thread-offloaded target's NaN is seen too"
         assert "learner/loss is nan" in next(e.message for e in events if e.metric == "learner/loss")
         assert all("learner/loss" not in r.metrics or math.isfinite(r.metrics["learner/loss"]) for r in sink.records)
         monitor.log("pushed", {"reward": math.nan})
-        await until(lambda: any(e.metric == "pushed/reward" for e in events))
+        await wait_until(lambda: any(e.metric == "pushed/reward" for e in events))
         values["loss"] = 0.25
-        await until(lambda: any(e.metric == "learner/loss" and e.state == "resolved" for e in events))
+        await wait_until(lambda: any(e.metric == "learner/loss" and e.state == "resolved" for e in events))
     assert monitor.stats()["values_dropped"] > 0
 
 
@@ -160,13 +162,13 @@ async def test_above_and_below_hold_for_after_seconds_like_prometheus_for() -> N
         await asyncio.sleep(0.2)
         values["loss"] = 50.0
         values["fps"] = 10.0
-        await until(lambda: _fired(events, "learner/loss above 10") != [])
+        await wait_until(lambda: _fired(events, "learner/loss above 10") != [])
         at = time.monotonic()
         assert _fired(events, "learner/fps below 100") == []
-        await until(lambda: _fired(events, "learner/fps below 100") != [])
+        await wait_until(lambda: _fired(events, "learner/fps below 100") != [])
         assert time.monotonic() - at >= 0.2
         values["loss"] = 1.0
-        await until(lambda: ("learner/loss above 10", "resolved") in events.states())
+        await wait_until(lambda: ("learner/loss above 10", "resolved") in events.states())
 
 
 async def test_a_pattern_rule_tracks_each_watch_on_its_own_under_one_name() -> None:
@@ -179,7 +181,7 @@ async def test_a_pattern_rule_tracks_each_watch_on_its_own_under_one_name() -> N
     async with monitor:
         await asyncio.sleep(0.2)
         targets[0].running = targets[2].running = False
-        await until(lambda: len(events) == 2)
+        await wait_until(lambda: len(events) == 2)
         await asyncio.sleep(0.2)
     assert sorted(e.watch for e in events) == ["fleet_0", "fleet_2"]
     assert {e.rule for e in events} == {"stall"}
@@ -245,7 +247,7 @@ async def test_alert_while_running_and_defaults_fire_for_a_stalled_counter() -> 
         monitor.alert(Alert.stalled("collector/frames", after=0.3))
         await asyncio.sleep(0.2)
         target.running = False
-        await until(lambda: bool(events))
+        await wait_until(lambda: bool(events))
     assert events[0].rule == "stalled collector/frames"
     defaults = Alert.defaults()
     assert {r.kind for r in defaults} == {"quiet", "nonfinite", "stalled", "blocked"}

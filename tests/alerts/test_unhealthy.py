@@ -10,7 +10,8 @@ from typing import Any
 
 from monitor_async import Alert, Monitor
 from monitor_async.backends import MemorySink
-from tests.alerts.support import Events, until
+from tests.support.checks import wait_until
+from tests.support.sinks import Events
 
 INTERVAL = 0.05
 
@@ -48,18 +49,18 @@ async def test_a_control_error_fires_resolves_and_a_killed_server_fires_again() 
                           alerts=[Alert.unhealthy("server", timeout=2.0, severity="critical")])
         monitor.watch(server, name="server")
         async with monitor:
-            await until(lambda: monitor.stats()["records"] >= 3)
+            await wait_until(lambda: monitor.stats()["records"] >= 3)
             assert events == []
             server.fail("pipe closed")
-            await until(lambda: bool(events), what="the control error")
+            await wait_until(lambda: bool(events), what="the control error")
             assert events[0].state == "firing" and events[0].severity == "critical"
             assert "control_error='pipe closed'" in events[0].message
             server.fail(None)
-            await until(lambda: len(events) == 2, what="healthy again")
+            await wait_until(lambda: len(events) == 2, what="healthy again")
             assert events[1].state == "resolved"
             os.kill(server.health()["pid"], signal.SIGKILL)
             killed = time.monotonic()
-            await until(lambda: len(events) == 3, what="the killed server")
+            await wait_until(lambda: len(events) == 3, what="the killed server")
             assert time.monotonic() - killed < 2.0 + 2 * INTERVAL + 1.0
             assert events[2].state == "firing" and "unhealthy" in events[2].message
     finally:

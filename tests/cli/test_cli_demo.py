@@ -17,9 +17,9 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.backend.event_processing.plugin_event_multiplexer import EventMultiplexer
 
 from monitor_async import __version__
-from tests.terminal import Terminal, last_frame
+from tests.support.cli import CLI
+from tests.support.terminal import Terminal, last_frame
 
-CLI = [sys.executable, "-m", "monitor_async"]
 WATCHES = {"collector", "replay_buffer", "inference", "learner"}
 # everything the demo does not need: with these unimportable, it must still run (the light install)
 OPTIONAL = ["tensorboard", "matplotlib", "pandas", "wandb", "ray", "prometheus_client", "psutil", "pynvml",

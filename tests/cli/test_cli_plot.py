@@ -16,22 +16,16 @@ from matplotlib.text import Text
 
 from monitor_async._cli.plot import figure
 from monitor_async._cli.runs import load_run
-
-CLI = [sys.executable, "-m", "monitor_async"]
+from tests.support.cli import cli
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     logdir = tmp_path_factory.mktemp("runs")
-    out = subprocess.run([*CLI, "demo", "--seconds", "3", "--logdir", str(logdir), "--no-console"],
-                         capture_output=True, text=True, timeout=60)
+    out = cli("demo", "--seconds", "3", "--logdir", str(logdir), "--no-console", timeout=60)
     assert out.returncode == 0, out.stderr
     (run,) = logdir.iterdir()
     return run
-
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=120)
 
 
 def test_plot_writes_a_png_with_a_panel_per_metric(run_dir: Path, tmp_path: Path) -> None:

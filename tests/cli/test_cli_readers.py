@@ -20,15 +20,12 @@ from monitor_async._cli.runs import Follower, load_run
 from monitor_async._cli.show import describe
 from monitor_async._cli.tail import tail
 from monitor_async.backends import CSVSink, JSONLSink, TensorBoardSink
-
-CLI = [sys.executable, "-m", "monitor_async"]
-
-
-def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout)
+from tests.support.cli import cli
 
 
-class Counter:
+class Learner:
+    """Frames by the hundred and a falling loss."""
+
     def __init__(self) -> None:
         self.n = 0
 
@@ -39,7 +36,7 @@ class Counter:
 
 async def _write(sinks: list[object], polls: int = 4, push: bool = False, own: bool = False) -> None:
     monitor = Monitor(sinks, close_sinks=True)
-    monitor.watch(Counter(), name="collector", step="frames")
+    monitor.watch(Learner(), name="collector", step="frames")
     if own:
         monitor.watch(monitor, name="monitor")
     for i in range(polls):

@@ -8,7 +8,6 @@ import json
 import re
 import shlex
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,8 +17,8 @@ import pytest
 from monitor_async import Monitor, Record, RunNotFoundError
 from monitor_async._cli.runs import Follower, find_run_files, load_run
 from monitor_async.backends import CSVSink, JSONLSink
+from tests.support.cli import CLI, cli
 
-CLI = [sys.executable, "-m", "monitor_async"]
 ODD = 'a,b "c"\nd'  # a watch name CSV must quote: comma, quotes, line break
 
 
@@ -69,10 +68,6 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
 
     asyncio.run(write())
     return out
-
-
-def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout)
 
 
 def key(r: Record) -> tuple[str, int | None, float, dict[str, float]]:

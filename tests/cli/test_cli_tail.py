@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.terminal import Terminal, last_frame
+from tests.support.cli import CLI
+from tests.support.terminal import Terminal, last_frame
 
-CLI = [sys.executable, "-m", "monitor_async"]
 WRITER = """
 import asyncio, sys
 from monitor_async import Monitor

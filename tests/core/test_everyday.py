@@ -19,7 +19,7 @@ import pytest
 import monitor_async._runtime.watch as watch_module
 from monitor_async import Every, Monitor, SyncMonitor
 from monitor_async.backends import MemorySink
-from tests.helpers import Settable
+from tests.support.targets import Settable
 
 
 class Clock:

@@ -6,7 +6,7 @@ import pytest
 
 from monitor_async import Every, Monitor
 from monitor_async.backends import MemorySink
-from tests.helpers import Settable
+from tests.support.targets import Settable
 
 
 def test_every_validation_messages() -> None:

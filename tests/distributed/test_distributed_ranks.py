@@ -1,6 +1,6 @@
 """Real ranks: torch.distributed with gloo on 127.0.0.1, two and four processes, one of them frozen then killed.
 
-Each rank runs tests/rank_worker.py: a monitor with a per-rank JSONL file, a
+Each rank runs tests/support/rank_worker.py: a monitor with a per-rank JSONL file, a
 main-rank TensorBoard folder and ``reduce=`` across the ranks through the
 job's TCPStore. Nothing here is mocked: the ranks are processes, the store is
 torch's, the freeze is SIGSTOP and the death SIGKILL.
@@ -12,7 +12,6 @@ import itertools
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,15 +23,11 @@ import pytest
 
 pytest.importorskip("torch.distributed")
 
+from tests.support.network import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
-WORKER = ROOT / "tests" / "rank_worker.py"
+WORKER = ROOT / "tests" / "support" / "rank_worker.py"
 INTERVAL = 0.05
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Job:
@@ -40,7 +35,7 @@ class Job:
 
     def __init__(self, out: Path, size: int, *extra: str) -> None:
         self.out = out
-        port = _free_port()
+        port = free_port()
         self.procs: list[subprocess.Popen[bytes]] = []
         for rank in range(size):
             env = {

@@ -24,7 +24,8 @@ from monitor_async.backends import (
     WandbSink,
 )
 from monitor_async.distributed import Source, World, world
-from tests.helpers import Collector, RecordingLogger
+from tests.support.sinks import RecordingLogger
+from tests.support.targets import Collector
 
 RANK1 = World(rank=1, world_size=4, host="n1")
 

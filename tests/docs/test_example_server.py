@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,26 +20,9 @@ pytest.importorskip("uvicorn")
 pytest.importorskip("prometheus_client")
 pytest.importorskip("psutil")
 
-from prometheus_client.parser import text_string_to_metric_families
+from tests.support.network import free_port, scrape
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "async_server.py"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def scrape(base: str) -> dict[tuple[str, str | None], float]:
-    # /metrics is mounted; urllib follows the redirect to /metrics/ like Prometheus does
-    with urllib.request.urlopen(base + "/metrics", timeout=10) as response:
-        text = response.read().decode()
-    return {
-        (s.name, s.labels.get("watch")): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
 
 
 def wait_for(base: str, server: subprocess.Popen[str], ready: tuple[str, str], timeout: float = 60.0) -> dict[
@@ -51,7 +33,7 @@ def wait_for(base: str, server: subprocess.Popen[str], ready: tuple[str, str], t
         if server.poll() is not None:
             raise AssertionError(f"the example exited with {server.returncode}: {server.communicate()[1]}")
         try:
-            samples = scrape(base)
+            samples = scrape(base + "/metrics")
             if ready in samples:
                 return samples
         except (urllib.error.URLError, ConnectionError):
@@ -97,10 +79,10 @@ def test_example_serves_the_watched_metrics_and_shuts_down_cleanly(
 
     # the monitor polls on the server's loop: the three requests show up in a later scrape
     deadline = time.monotonic() + 30
-    while scrape(base)[("monitor_async_requests", "inference")] < 3.0:
+    while scrape(base + "/metrics")[("monitor_async_requests", "inference")] < 3.0:
         assert time.monotonic() < deadline, "the served requests never reached /metrics"
         time.sleep(0.1)
-    final = scrape(base)
+    final = scrape(base + "/metrics")
     assert final[("monitor_async_requests", "inference")] == 3.0
     assert final[("monitor_async_batches", "inference")] >= 1.0
     assert final[("monitor_async_polls", "monitor")] > samples[("monitor_async_polls", "monitor")]

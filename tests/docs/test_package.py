@@ -69,8 +69,8 @@ def test_the_wheel_carries_every_module_and_the_license(dist: Path) -> None:
 
 
 def test_sdist_carries_the_tests_helpers_and_fixtures(sdist_files: set[str]) -> None:
-    for helper in ("conftest.py", "tests/conftest.py", "tests/helpers.py", "tests/http_receiver.py",
-                   "tests/rank_worker.py", "tests/terminal.py", "tests/reliability/faults.py"):
+    for helper in ("conftest.py", "tests/conftest.py", "tests/support/__init__.py", "tests/support/targets.py",
+                   "tests/support/network.py", "tests/support/rank_worker.py", "tests/support/mlflow_server.py"):
         assert helper in sdist_files
     assert _shipped("tests") <= sdist_files, sorted(_shipped("tests") - sdist_files)
 

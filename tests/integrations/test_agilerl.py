@@ -23,7 +23,7 @@ pytest.importorskip("agilerl")
 from agilerl.logger import CSVLogger, StdOutLogger, TensorboardLogger
 
 from monitor_async import Every, LoggerSink, SyncMonitor
-from tests.helpers import Counter
+from tests.support.targets import Counter
 
 
 class Buffer:

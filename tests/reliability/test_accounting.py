@@ -1,4 +1,6 @@
-"""Issue 16, promise 7: the accounting closes.
+"""The accounting closes.
+
+Holds "The accounting closes": docs/guarantees.md#the-accounting-closes-test_accountingpy
 
 For every sink, at every moment after ``stop()``: ``written + dropped +
 queued + abandoned == delivered``, and every sink was delivered every
@@ -17,17 +19,10 @@ import pytest
 
 from monitor_async import Monitor, SyncMonitor
 from monitor_async.backends import MemorySink
-from tests.helpers import FailingSink
-from tests.reliability.faults import (
-    HungAsyncSink,
-    HungThreadSink,
-    RecordingSink,
-    Ticker,
-    monitor_warnings,
-    wait_until,
-    wait_until_sync,
-)
-from tests.reliability.hostile import SwallowingSink, run_isolated
+from tests.support.checks import monitor_warnings, wait_until, wait_until_sync
+from tests.support.hostile import SwallowingSink, run_isolated
+from tests.support.sinks import FailingSink, HungAsyncSink, HungThreadSink, RecordingSink
+from tests.support.targets import Ticker
 
 PARTS = ("written", "dropped", "queued", "abandoned")
 

@@ -1,4 +1,6 @@
-"""Issue 16, promise 3: one bad key costs only itself.
+"""One bad key costs only itself.
+
+Holds "One bad key or value costs only itself": docs/guarantees.md#one-bad-key-or-value-costs-only-itself-test_bad_keyspy
 
 - A key that UTF-8 cannot encode (a lone surrogate, as ``surrogateescape``
   decoding leaves for a byte that is not UTF-8) is written escaped by the
@@ -21,18 +23,18 @@ import asyncio
 import csv
 import json
 import logging
-import urllib.request
 from pathlib import Path
 from typing import Any
 
+import prometheus_client  # noqa: F401 - the module is skipped without it, like the sink it tests
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 from tensorboard.backend.event_processing import event_accumulator
 
 from monitor_async import Monitor
 from monitor_async.backends import CSVSink, JSONLSink, MemorySink, PrometheusSink, TensorBoardSink
-from tests.helpers import Settable
-from tests.reliability.faults import Ticker, monitor_warnings
+from tests.support.checks import monitor_warnings
+from tests.support.network import scrape
+from tests.support.targets import Settable, Ticker
 
 SURROGATE = b"\xff".decode("utf-8", "surrogateescape")  # "\udcff"
 ESCAPED = "\\udcff"
@@ -42,20 +44,6 @@ def tensorboard_tags(log_dir: Path) -> dict[str, list[float]]:
     acc = event_accumulator.EventAccumulator(str(log_dir))
     acc.Reload()
     return {tag: [e.value for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
-
-
-async def scrape(url: str) -> dict[tuple[str, str | None], float]:
-    def get() -> str:
-        with urllib.request.urlopen(url, timeout=10) as response:
-            assert response.status == 200
-            return str(response.read().decode())
-
-    text = await asyncio.to_thread(get)
-    return {
-        (sample.name, sample.labels.get("watch")): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
 
 
 def csv_rows(path: Path) -> list[list[str]]:
@@ -78,7 +66,7 @@ async def _through_every_sink(
     monitor.watch(Ticker(), name="healthy")
     for _ in range(steps):
         await monitor.step()
-    samples = await scrape(prom_sink.url)
+    samples = await asyncio.to_thread(scrape, prom_sink.url)
     await monitor.stop(log_final=False)
     return monitor.stats(), samples
 
@@ -216,7 +204,7 @@ async def test_prometheus_keys_that_sanitise_to_one_name_keep_the_first_series_a
         with caplog.at_level(logging.WARNING, logger="monitor_async"):
             await monitor.step()
             await monitor.step()
-        samples = await scrape(sink.url)
+        samples = await asyncio.to_thread(scrape, sink.url)
     assert samples[("monitor_async_a_b", "w")] == 1.0
     assert samples[("monitor_async_a_b", "other")] == 4.0
     assert monitor.stats()["sink/prom/keys_collided"] == 4  # "a.b" and "a-b", twice

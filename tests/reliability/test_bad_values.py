@@ -1,9 +1,12 @@
-"""Issue 7, item 1: bad stats() results are errors naming the watch, or values left out and counted.
+"""Bad stats() results are errors naming the watch, or values left out and counted.
+
+Holds "Bad `stats()` results": docs/guarantees.md#bad-stats-results-test_bad_valuespy
 
 A bad result never breaks a neighbour, never reaches a sink as garbage, and
 what does reach CSV and JSONL files reads back exactly with csv and json.
 
-Issue 16, promise 3 (the last test): a value whose conversion raises
+The last test holds "One bad key or value costs only itself"
+(docs/guarantees.md#one-bad-key-or-value-costs-only-itself-test_bad_keyspy): a value whose conversion raises
 anything, a key that cannot be made a str, and a nested or lazy mapping
 whose read raises cost only that value, left out and counted.
 """
@@ -25,8 +28,8 @@ import pytest
 
 from monitor_async import Monitor
 from monitor_async.backends import CSVSink, JSONLSink, MemorySink
-from tests.helpers import Settable
-from tests.reliability.faults import Raising, Ticker, monitor_warnings
+from tests.support.checks import monitor_warnings
+from tests.support.targets import Raising, Settable, Ticker
 
 NOT_MAPPINGS = [
     pytest.param(None, "NoneType", id="None"),

@@ -1,4 +1,6 @@
-"""Issue 16, promise 2: ``KeyboardInterrupt``, ``SystemExit`` or a stray ``CancelledError`` from user code.
+"""``KeyboardInterrupt``, ``SystemExit`` or a stray ``CancelledError`` from user code.
+
+Holds "`KeyboardInterrupt` and friends from your code": docs/guarantees.md#keyboardinterrupt-and-friends-from-your-code-test_base_exceptionspy
 
 Raised by a sink or by a ``stats()`` that runs on the monitor's own loop or
 threads, each is a failure of that sink or watch: counted, warned once per
@@ -18,14 +20,10 @@ from typing import Any
 import pytest
 
 from monitor_async import Monitor, PollError, SinkError, SyncMonitor
-from tests.reliability.faults import RecordingSink, Ticker, monitor_warnings, wait_until, wait_until_sync
-from tests.reliability.hostile import (
-    ESCAPES,
-    RaisingSink,
-    RaisingStats,
-    RaisingThreadSink,
-    run_isolated,
-)
+from tests.support.checks import monitor_warnings, wait_until, wait_until_sync
+from tests.support.hostile import ESCAPES, RaisingSink, RaisingStats, RaisingThreadSink, run_isolated
+from tests.support.sinks import RecordingSink
+from tests.support.targets import Ticker
 
 SOURCES = ["stats-inline", "stats-async", "stats-thread", "sink-async", "sink-thread"]
 

@@ -1,4 +1,6 @@
-"""Issue 16, promise 9: memory is bounded by configuration, not by the shape of the input.
+"""Memory is bounded by configuration, not by the shape of the input.
+
+Holds "Memory is bounded by configuration, not by input": docs/guarantees.md#memory-is-bounded-by-configuration-not-by-input-test_bounded_cachespy
 
 A target with 1,000 stable keys and one key that changes at every poll (a
 key with an id or a time in it) makes every record's key order new. The

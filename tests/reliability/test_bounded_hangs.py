@@ -1,4 +1,6 @@
-"""Issue 16, promise 5: bounded whatever hangs, even code that swallows its cancellation.
+"""Bounded whatever hangs, even code that swallows its cancellation.
+
+Holds "Bounded, whatever hangs": docs/guarantees.md#bounded-whatever-hangs-test_bounded_hangspy
 
 ``stop()``, ``flush()``, ``close()`` and ``SyncMonitor.stop()`` return within
 about ``stop_timeout`` when a sink's ``write``/``flush``/``close`` or an async
@@ -19,22 +21,10 @@ from typing import Any
 import pytest
 
 from monitor_async import Monitor, SyncMonitor
-from tests.reliability.faults import (
-    HungAsyncSink,
-    HungThreadSink,
-    RecordingSink,
-    Ticker,
-    monitor_warnings,
-    wait_until,
-    wait_until_sync,
-)
-from tests.reliability.hostile import (
-    GateSink,
-    SwallowingSink,
-    SwallowingStats,
-    call_within,
-    run_isolated,
-)
+from tests.support.checks import monitor_warnings, wait_until, wait_until_sync
+from tests.support.hostile import GateSink, SwallowingSink, SwallowingStats, call_within, run_isolated
+from tests.support.sinks import HungAsyncSink, HungThreadSink, RecordingSink
+from tests.support.targets import Ticker
 
 STOP_TIMEOUT = 0.3
 TIMEOUT = 0.2

@@ -1,4 +1,6 @@
-"""Issue 7, item 5: memory stays flat behind a stalled sink.
+"""Memory stays flat behind a stalled sink.
+
+Holds "Memory stays flat": docs/guarantees.md#memory-stays-flat-test_bounded_memorypy
 
 20 targets x 50 keys polled every millisecond for a few seconds while one
 sink never finishes a write: its queue sits at ``queue_size``, the oldest
@@ -12,7 +14,8 @@ import gc
 import tracemalloc
 
 from monitor_async import Monitor
-from tests.reliability.faults import HungAsyncSink, wait_until
+from tests.support.checks import wait_until
+from tests.support.sinks import HungAsyncSink
 
 QUEUE_SIZE = 256
 

@@ -1,4 +1,6 @@
-"""Issue 7, item 6: stopping is bounded, whatever hangs.
+"""Stopping is bounded, whatever hangs.
+
+Holds "Bounded stop": docs/guarantees.md#bounded-stop-test_bounded_stoppy
 
 ``stop()``, cancelling ``run()``, ``async with``; ``SyncMonitor.stop()``,
 ``close()`` and ``with``: each returns within about the watch timeout plus
@@ -26,15 +28,9 @@ import pytest
 
 from monitor_async import Monitor, SyncMonitor
 from monitor_async.backends import MemorySink
-from tests.reliability.faults import (
-    AsyncHung,
-    BlockingHung,
-    HungAsyncSink,
-    HungThreadSink,
-    Ticker,
-    wait_until,
-    wait_until_sync,
-)
+from tests.support.checks import wait_until, wait_until_sync
+from tests.support.sinks import HungAsyncSink, HungThreadSink
+from tests.support.targets import AsyncHung, BlockingHung, Ticker
 
 TIMEOUT = 0.2  # the hung target's poll timeout
 STOP_TIMEOUT = 0.3

@@ -1,5 +1,7 @@
 """A burst the monitor makes itself is never lost by a sink that keeps up.
 
+Holds "Bursts are not drops": docs/guarantees.md#bursts-are-not-drops-test_burstspy
+
 Polling many watches in one pass of the loop (the first polls after
 ``start()``, a ``step()``, the final snapshots at ``stop()``) can queue more
 records than ``queue_size`` before the sink's writer has had a turn. Such a
@@ -14,8 +16,8 @@ from collections import Counter
 
 from monitor_async import Monitor, SyncMonitor
 from monitor_async.backends import MemorySink
-from tests.helpers import Counter as Target
-from tests.reliability.faults import wait_until, wait_until_sync
+from tests.support.checks import wait_until, wait_until_sync
+from tests.support.targets import Counter as Target
 
 
 def _every_record_arrived(monitor: Monitor | SyncMonitor, sink: MemorySink) -> None:

@@ -1,4 +1,6 @@
-"""Issue 7, item 8: invalid configuration is a ValueError at construction, naming the option.
+"""Invalid configuration is a ValueError at construction, naming the option.
+
+Holds "Configuration errors at construction": docs/guarantees.md#configuration-errors-at-construction-test_configurationpy
 
 Nothing is started (no loop thread, no task) before the error, so a typo
 never surfaces minutes later from a background task.
@@ -14,7 +16,7 @@ from typing import Any
 import pytest
 
 from monitor_async import Every, LoggerMonitor, Monitor, SyncMonitor
-from tests.reliability.faults import Ticker
+from tests.support.targets import Ticker
 
 BAD_OPTIONS = [
     ("poll_interval", 0),

@@ -1,5 +1,7 @@
 """The file sinks keep only whole CSV rows and JSONL lines, whatever happens to the writer.
 
+Holds "Crash-safe files": docs/guarantees.md#crash-safe-files-test_crash_durabilitypy
+
 - A subprocess polls 20 targets every millisecond into a CSVSink and a
   JSONLSink and is killed with SIGKILL while writing, three times over on the
   same files (each run appends to what the last one left, and cuts away any

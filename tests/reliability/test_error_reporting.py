@@ -1,4 +1,6 @@
-"""Issue 16, promise 4: reporting an error never fails.
+"""Reporting an error never fails.
+
+Holds "Reporting an error never fails": docs/guarantees.md#reporting-an-error-never-fails-test_error_reportingpy
 
 An exception whose ``__repr__`` and ``__str__`` raise, raised by a
 ``stats()`` (inline, thread-offloaded or async) or by a sink, is still one
@@ -15,7 +17,8 @@ import pytest
 
 from monitor_async import Monitor, Record
 from monitor_async.backends import BaseSink, MemorySink
-from tests.reliability.faults import Raising, Ticker, monitor_warnings, wait_until
+from tests.support.checks import monitor_warnings, wait_until
+from tests.support.targets import Raising, Ticker
 
 
 class Unprintable(Exception):

@@ -1,4 +1,6 @@
-"""Issue 16, promise 12: files that move.
+"""Files that move.
+
+Holds "Files that move": docs/guarantees.md#files-that-move-test_file_rotationpy
 
 A CSV or JSONL file deleted or renamed while being written (log rotation:
 ``mv metrics.csv metrics.csv.1``, or ``rm``) is noticed at the next write and
@@ -19,7 +21,8 @@ import pytest
 
 from monitor_async import Monitor
 from monitor_async.backends import CSVSink, JSONLSink
-from tests.reliability.faults import Ticker, monitor_warnings
+from tests.support.checks import monitor_warnings
+from tests.support.targets import Ticker
 
 HEADER = ["time", "name", "step", "metric", "value"]
 

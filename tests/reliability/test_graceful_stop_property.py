@@ -1,4 +1,6 @@
-"""Issue 7, item 7: nothing is lost on a graceful stop (property-based).
+"""Nothing is lost on a graceful stop (property-based).
+
+Holds "Nothing lost on a graceful stop": docs/guarantees.md#nothing-lost-on-a-graceful-stop-test_graceful_stop_propertypy
 
 Over random target counts, kinds of stats(), intervals, schedules, batch
 sizes and waits, sink speeds and queue sizes large enough not to drop, and whichever
@@ -21,7 +23,7 @@ from hypothesis import strategies as st
 
 from monitor_async import Every, Monitor
 from monitor_async.backends import JSONLSink
-from tests.reliability.faults import RecordingSink
+from tests.support.sinks import RecordingSink
 
 
 class Target:

@@ -1,4 +1,6 @@
-"""Issue 7, item 2: a stats() that hangs forever, inline-async or on a thread, or is always too slow.
+"""A stats() that hangs forever, inline-async or on a thread, or is always too slow.
+
+Holds "Isolation: hung and slow targets": docs/guarantees.md#isolation-hung-and-slow-targets-test_hung_targetspy
 
 A hung target is timed out, reported once naming the watch, and never piles
 up calls; its neighbours keep their cadence. A target slower than its
@@ -17,7 +19,8 @@ import pytest
 
 from monitor_async import Monitor
 from monitor_async.backends import MemorySink
-from tests.reliability.faults import AsyncHung, BlockingHung, Ticker, monitor_warnings
+from tests.support.checks import monitor_warnings
+from tests.support.targets import AsyncHung, BlockingHung, Ticker
 
 
 async def test_async_stats_hanging_forever_is_timed_out_and_cancelled(caplog: pytest.LogCaptureFixture) -> None:

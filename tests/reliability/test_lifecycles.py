@@ -1,4 +1,7 @@
-"""Guarantee: a monitor outlives the loops, processes and watches around it without hanging or leaking."""
+"""A monitor outlives the loops, processes and watches around it without hanging or leaking.
+
+Holds "Lifecycles": docs/guarantees.md#lifecycles-test_lifecyclespy
+"""
 
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ import pytest
 from monitor_async import Monitor, SyncMonitor
 from monitor_async.backends import MemorySink
 from monitor_async.distributed import Reduce
-from tests.helpers import Counter
+from tests.support.targets import Counter
 
 
 def test_a_monitor_whose_loop_ended_without_stop_polls_in_the_next_loop() -> None:

@@ -1,4 +1,6 @@
-"""Issue 16, promise 6: manual ``step()`` writes to the sinks concurrently.
+"""Manual ``step()`` writes to the sinks concurrently.
+
+Holds "Manual `step()` writes to all sinks at once": docs/guarantees.md#manual-step-writes-to-all-sinks-at-once-test_manual_step_isolationpy
 
 A hung sink does not keep the other sinks from getting the step's records,
 whichever place it has in the list; ``stop()`` is still bounded.
@@ -13,8 +15,10 @@ import time
 import pytest
 
 from monitor_async import Monitor, SyncMonitor
-from tests.reliability.faults import RecordingSink, Ticker, wait_until, wait_until_sync
-from tests.reliability.hostile import GateSink, call_within
+from tests.support.checks import wait_until, wait_until_sync
+from tests.support.hostile import GateSink, call_within
+from tests.support.sinks import RecordingSink
+from tests.support.targets import Ticker
 
 
 @pytest.mark.parametrize("hung_first", [True, False])

@@ -1,4 +1,6 @@
-"""Issue 16, promise 11: offloaded means offloaded.
+"""Offloaded means offloaded.
+
+Holds "Offloaded means offloaded": docs/guarantees.md#offloaded-means-offloaded-test_offload_flatteningpy
 
 With ``offload="thread"`` the worker thread does all of a poll's work on the
 target's side: the ``stats()`` call, and the copying and flattening of what
@@ -15,7 +17,8 @@ from typing import Any
 
 from monitor_async import Monitor
 from monitor_async.backends import MemorySink
-from tests.reliability.faults import Ticker, wait_until
+from tests.support.checks import wait_until
+from tests.support.targets import Ticker
 
 READ_WAIT = 5.0
 """How long one read of the lazy mapping waits for the test to let it go (a fail-safe on old code)."""

@@ -1,4 +1,6 @@
-"""Issue 7, item 9: ``on_error="raise"`` in background mode.
+"""``on_error="raise"`` in background mode.
+
+Holds the guarantee of `on_error="raise"`: docs/guarantees.md#on_errorraise-test_on_error_raisepy
 
 The first error (of a target or a sink) stops all polling at once and is
 re-raised, the very exception object, from ``run()``, ``stop()`` or
@@ -16,8 +18,9 @@ import pytest
 
 from monitor_async import Monitor, Record
 from monitor_async.backends import MemorySink
-from tests.helpers import FailingSink
-from tests.reliability.faults import Ticker, monitor_warnings, wait_until
+from tests.support.checks import monitor_warnings, wait_until
+from tests.support.sinks import FailingSink
+from tests.support.targets import Ticker
 
 
 class BreaksAt:

@@ -1,4 +1,7 @@
-"""Guarantee: what ``log()`` is given is written as it was at the call, or counted; ``log()`` never raises."""
+"""What ``log()`` is given is written as it was at the call, or counted; ``log()`` never raises.
+
+Holds "Pushes are written as they were, or counted": docs/guarantees.md#pushes-are-written-as-they-were-or-counted-test_pushespy
+"""
 
 from __future__ import annotations
 

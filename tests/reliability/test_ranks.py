@@ -1,4 +1,7 @@
-"""Guarantee: a malformed rank variable never raises; it is skipped and warned once, saying what the process takes."""
+"""A malformed rank variable never raises; it is skipped and warned once, saying what the process takes.
+
+Holds "Malformed rank variables": docs/guarantees.md#malformed-rank-variables-test_rankspy
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Issue 16, promise 1: a monitor starts again after ``stop()``, any number of times.
+"""A monitor starts again after ``stop()``, any number of times.
+
+Holds "Restart": docs/guarantees.md#restart-test_restartpy
 
 ``Monitor`` restarts on the same loop or on a new one, ``SyncMonitor`` on a
 new loop thread each time; while it runs, records reach the sinks (not only
@@ -16,7 +18,9 @@ import pytest
 
 from monitor_async import Monitor, MonitorClosedError, SyncMonitor
 from monitor_async.backends import MemorySink
-from tests.reliability.faults import RecordingSink, Ticker, wait_until, wait_until_sync
+from tests.support.checks import wait_until, wait_until_sync
+from tests.support.sinks import RecordingSink
+from tests.support.targets import Ticker
 
 ROUNDS = 3
 

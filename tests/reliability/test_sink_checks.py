@@ -1,4 +1,6 @@
-"""Issue 16, promise 8: sinks are checked when the monitor is built.
+"""Sinks are checked when the monitor is built.
+
+Holds "Sinks are checked at construction": docs/guarantees.md#sinks-are-checked-at-construction-test_sink_checkspy
 
 A class instead of an instance, a file or stream (``sys.stdout``, an open
 file), a path: a ``SinkTypeError`` (a ``TypeError``) naming what was passed,
@@ -21,7 +23,7 @@ import pytest
 
 from monitor_async import LoggerSink, Monitor, Record, SinkTypeError, SyncMonitor
 from monitor_async.backends import CSVSink, MemorySink
-from tests.reliability.faults import Ticker
+from tests.support.targets import Ticker
 
 
 @pytest.mark.parametrize("wrap", [False, True], ids=["alone", "in-a-list"])

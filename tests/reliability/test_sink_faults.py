@@ -1,4 +1,6 @@
-"""Issue 7, item 3: sinks that raise, recover, hang, crawl, or sit on a full disk.
+"""Sinks that raise, recover, hang, crawl, or sit on a full disk.
+
+Holds "Sink faults stay local": docs/guarantees.md#sink-faults-stay-local-test_sink_faultspy
 
 Each failure is reported once per streak on the ``monitor_async`` logger,
 naming the sink; it is counted in ``monitor.stats()["sink/<label>/errors"]``;
@@ -15,16 +17,9 @@ import pytest
 
 from monitor_async import Monitor
 from monitor_async.backends import CSVSink, JSONLSink, MemorySink
-from tests.helpers import FailingSink
-from tests.reliability.faults import (
-    FlakySink,
-    HungAsyncSink,
-    HungThreadSink,
-    RecordingSink,
-    Ticker,
-    monitor_warnings,
-    wait_until,
-)
+from tests.support.checks import monitor_warnings, wait_until
+from tests.support.sinks import FailingSink, FlakySink, HungAsyncSink, HungThreadSink, RecordingSink
+from tests.support.targets import Ticker
 
 
 async def test_a_sink_raising_on_every_write_is_reported_once_and_the_rest_goes_on(

@@ -1,4 +1,6 @@
-"""Issue 7, item 10: SyncMonitor is safe to call from many threads while it polls in the background.
+"""SyncMonitor is safe to call from many threads while it polls in the background.
+
+Holds "Thread safety of `SyncMonitor`": docs/guarantees.md#thread-safety-of-syncmonitor-test_sync_threadspy
 
 Four threads register, step, unwatch and read stats at once. Every call
 either works or fails with its documented error (a duplicate name), every
@@ -14,7 +16,8 @@ from typing import Any
 import pytest
 
 from monitor_async import SyncMonitor
-from tests.reliability.faults import RecordingSink, Ticker
+from tests.support.sinks import RecordingSink
+from tests.support.targets import Ticker
 
 THREADS = 4
 ROUNDS = 30

@@ -1,4 +1,6 @@
-"""Issue 16, promise 10: threads and loops are released.
+"""Threads and loops are released.
+
+Holds "Threads and loops are released": docs/guarantees.md#threads-and-loops-are-released-test_threads_releasedpy
 
 ``SyncMonitor.close()`` joins the monitor's threads (its loop thread, the
 worker threads of thread-offloaded targets and of the loggers it wrapped, the
@@ -16,8 +18,9 @@ import pytest
 
 from monitor_async import Monitor, SyncMonitor
 from monitor_async.backends import CSVSink
-from tests.helpers import RecordingLogger
-from tests.reliability.faults import Ticker, wait_until, wait_until_sync
+from tests.support.checks import wait_until, wait_until_sync
+from tests.support.sinks import RecordingLogger
+from tests.support.targets import Ticker
 
 MONITORS = 60
 HANDFUL = 5

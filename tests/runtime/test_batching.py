@@ -18,8 +18,9 @@ from monitor_async import Monitor, Record, SyncMonitor
 from monitor_async._core.policy import ErrorPolicy
 from monitor_async._runtime.channel import Channel
 from monitor_async.backends import CSVSink, ThreadedSink
-from tests.helpers import Counter
-from tests.reliability.faults import RecordingSink, wait_until
+from tests.support.checks import wait_until
+from tests.support.sinks import RecordingSink
+from tests.support.targets import Counter
 
 
 async def test_records_gather_to_half_the_queue_then_go_out_max_batch_per_write() -> None:

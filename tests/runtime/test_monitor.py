@@ -11,12 +11,8 @@ import pytest
 
 from monitor_async import Monitor, Record
 from monitor_async.backends import MemorySink
-from tests.helpers import Counter, FailingSink, HungAsync, Settable, StallSink
-
-
-class Collector:
-    def stats(self) -> dict[str, float]:
-        return {"frames": 1.0}
+from tests.support.sinks import FailingSink, StallSink
+from tests.support.targets import Collector, Counter, HungAsync, Settable
 
 
 def test_watch_names_duplicates_and_missing_stats() -> None:

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from monitor_async import ConfigError, Monitor, SyncMonitor
 from monitor_async.backends import CSVSink, JSONLSink, MemorySink
-from tests.helpers import Collector
+from tests.support.targets import Collector
 
 
 async def test_pushed_values_become_records_of_their_name_in_every_sink(tmp_path: Path) -> None:

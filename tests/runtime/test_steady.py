@@ -19,7 +19,7 @@ from monitor_async._runtime import watch as watch_module
 from monitor_async._runtime.callers import InlineCaller
 from monitor_async._runtime.watch import Watch
 from monitor_async.backends import MemorySink
-from tests.reliability.faults import wait_until
+from tests.support.checks import wait_until
 
 
 class Item:

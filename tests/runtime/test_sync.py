@@ -12,7 +12,8 @@ import pytest
 
 from monitor_async import Every, LoggerMonitor, SyncMonitor
 from monitor_async.backends import LoggerSink, MemorySink, Report
-from tests.helpers import Counter, RecordingLogger, Settable
+from tests.support.sinks import RecordingLogger
+from tests.support.targets import Counter, Settable
 
 IMPLS = ["monitor_async"]
 if importlib.util.find_spec("torchrl") is not None:

@@ -15,11 +15,11 @@ import threading
 import time
 from typing import Any
 
-from benchmarks._common import Clocked
 from monitor_async import Monitor
 from monitor_async.backends import MemorySink
-from tests.helpers import Counter
-from tests.reliability.faults import wait_until
+from tests.support.checks import wait_until
+from tests.support.targets import Counter
+from tests.support.timing import Clocked
 
 
 class Shifting:

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.http_receiver import Receiver
+from tests.support.network import Receiver
 
 
 @pytest.fixture(scope="module")

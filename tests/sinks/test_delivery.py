@@ -1,5 +1,7 @@
 """Resilient delivery (ResilientSink) against a real HTTP server on 127.0.0.1.
 
+Holds "Network spools say what happened": docs/guarantees.md#network-spools-say-what-happened-testssinkstest_deliverypy-test_webhookpy
+
 The sink under test is ``PostSink``: the few lines a user writes on the
 public ``ResilientSink`` (urllib, JSON). The server is real: it refuses
 connections when stopped, answers 503/429/400 when told, and can swallow a
@@ -28,8 +30,9 @@ import pytest
 
 from monitor_async import ConfigError, DeliveryError, Monitor, Record
 from monitor_async.backends import Backoff, classify
-from tests.http_receiver import DROP, PostSink, Receiver, steps
-from tests.reliability.faults import Ticker, wait_until
+from tests.support.checks import wait_until
+from tests.support.network import DROP, PostSink, Receiver, steps
+from tests.support.targets import Ticker
 
 ROOT = Path(__file__).resolve().parents[2]
 FAST = Backoff(first=0.05, cap=0.2)
@@ -183,8 +186,8 @@ SCRIPT = textwrap.dedent(
     """
     import asyncio, sys
     from monitor_async import Monitor
-    from tests.http_receiver import PostSink
-    from tests.reliability.faults import Ticker
+    from tests.support.network import PostSink
+    from tests.support.targets import Ticker
 
     async def main():
         url, folder = sys.argv[1], sys.argv[2]

@@ -19,17 +19,9 @@ from monitor_async._core.names import DEFAULT_RATE_NAMES, RATE, split_rates
 from monitor_async.backends import ConsoleSink, MemorySink
 from monitor_async.backends._console import line
 from monitor_async.backends._table import WatchTable, eng
+from tests.support.targets import Counter
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-
-
-class Collector:
-    def __init__(self) -> None:
-        self.frames = 0
-
-    def stats(self) -> dict[str, float]:
-        self.frames += 100
-        return {"frames": self.frames, "size": 7.25, "dropped": 3}
 
 
 def body(out: str) -> list[list[str]]:
@@ -40,8 +32,8 @@ def body(out: str) -> list[list[str]]:
 async def test_line_mode_prints_one_compact_line_per_record() -> None:
     out = io.StringIO()
     monitor = Monitor(ConsoleSink(out, min_interval=0), close_sinks=True)
-    monitor.watch(Collector(), name="collector", step="frames", rate_keys=[])
-    monitor.watch(Collector(), name="rb", rate_keys=[])
+    monitor.watch(Counter(step=100, size=7.25, dropped=3), name="collector", step="frames", rate_keys=[])
+    monitor.watch(Counter(step=100, size=7.25, dropped=3), name="rb", rate_keys=[])
     await monitor.step()
     await monitor.step()
     await monitor.stop(log_final=False)
@@ -64,8 +56,8 @@ async def test_line_mode_is_throttled_per_watch_and_flush_shows_the_latest() -> 
     out = io.StringIO()
     sink = ConsoleSink(out, min_interval=3600)
     monitor = Monitor(sink)
-    monitor.watch(Collector(), name="a")
-    monitor.watch(Collector(), name="b", rate_keys=[])
+    monitor.watch(Counter(step=100, size=7.25, dropped=3), name="a")
+    monitor.watch(Counter(step=100, size=7.25, dropped=3), name="b", rate_keys=[])
     for _ in range(5):
         await monitor.step()
     lines = body(out.getvalue())
@@ -92,8 +84,8 @@ async def test_live_mode_draws_a_table_row_per_watch(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("LINES", "24")
     out = io.StringIO()
     monitor = Monitor(ConsoleSink(out, live=True, refresh=0.05), close_sinks=True)
-    monitor.watch(Collector(), name="collector", step="frames")
-    monitor.watch(Collector(), name="rb")
+    monitor.watch(Counter(step=100, size=7.25, dropped=3), name="collector", step="frames")
+    monitor.watch(Counter(step=100, size=7.25, dropped=3), name="rb")
     monitor.watch(monitor, name="monitor")
     for _ in range(3):
         await monitor.step()
@@ -238,7 +230,7 @@ async def test_a_terminal_gets_the_live_table(pty_stream: tuple[io.TextIOWrapper
     stream, captured = pty_stream
     assert stream.isatty()
     monitor = Monitor(ConsoleSink(stream, refresh=0.05), close_sinks=True)
-    monitor.watch(Collector(), name="collector")
+    monitor.watch(Counter(step=100, size=7.25, dropped=3), name="collector")
     await monitor.step()
     await monitor.stop(log_final=False)
     text = captured()
@@ -297,7 +289,7 @@ async def test_line_mode_prints_each_alert_at_once_whatever_the_throttle() -> No
     out = io.StringIO()
     sink = ConsoleSink(out, min_interval=3600)
     monitor = Monitor(sink)
-    monitor.watch(Collector(), name="collector")
+    monitor.watch(Counter(step=100, size=7.25, dropped=3), name="collector")
     await monitor.step()
     await sink.alert(stalled())
     await sink.alert(stalled(severity="critical", watch="rb", rank=1))
@@ -331,7 +323,7 @@ async def test_live_mode_shows_firing_alerts_above_the_table_until_they_resolve(
     out = io.StringIO()
     sink = ConsoleSink(out, live=True, refresh=0.05)
     monitor = Monitor(sink)
-    monitor.watch(Collector(), name="collector", step="frames")
+    monitor.watch(Counter(step=100, size=7.25, dropped=3), name="collector", step="frames")
     monitor.watch(monitor, name="monitor")
     await monitor.step()
     await sink.alert(stalled(severity="critical"))

@@ -13,7 +13,7 @@ import pytest
 
 from monitor_async import Monitor, Record
 from monitor_async.backends import CSVSink
-from tests.helpers import Collector
+from tests.support.targets import Collector
 
 HEADER = ["time", "name", "step", "metric", "value"]
 

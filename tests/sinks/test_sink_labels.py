@@ -14,7 +14,7 @@ from pathlib import Path
 
 from monitor_async import Monitor, Record
 from monitor_async.backends import CSVSink, JSONLSink, MemorySink, TensorBoardSink
-from tests.helpers import Counter
+from tests.support.targets import Counter
 
 
 def _labels(stats: dict[str, float], prefix: str = "sink/") -> set[str]:

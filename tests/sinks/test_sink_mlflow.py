@@ -24,12 +24,13 @@ import pytest
 pytest.importorskip("mlflow.server")
 from mlflow.tracking import MlflowClient
 
-from benchmarks._common import slot_share
-from benchmarks._mlflow_server import MlflowServer
 from monitor_async import DeliveryError, Monitor, Record
 from monitor_async.backends import Backoff, MLflowSink
 from monitor_async.backends._mlflow import MAX_METRICS_PER_BATCH, mlflow_key
-from tests.reliability.faults import Ticker, wait_until
+from tests.support.checks import wait_until
+from tests.support.mlflow_server import MlflowServer
+from tests.support.targets import Ticker
+from tests.support.timing import slot_share
 
 ROOT = Path(__file__).resolve().parents[2]
 FAST = Backoff(first=0.1, cap=1.0)
@@ -130,7 +131,7 @@ TRAINER = textwrap.dedent(
     import asyncio, sys
     from monitor_async import Monitor
     from monitor_async.backends import Backoff, MLflowSink
-    from tests.reliability.faults import Ticker
+    from tests.support.targets import Ticker
 
     async def main():
         url, folder = sys.argv[1], sys.argv[2]
@@ -225,7 +226,7 @@ async def test_a_200_whose_body_is_not_mlflows_answer_is_retried_naming_the_body
 ) -> None:
     import logging
 
-    from tests.http_receiver import Receiver
+    from tests.support.network import Receiver
 
     proxy = Receiver(content_type="text/html")
     proxy.reply = lambda n, request: (200, {}, PROXY_PAGE)

@@ -25,8 +25,9 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 
 from monitor_async import DeliveryError, Monitor
 from monitor_async.backends import Backoff, OTLPSink
-from tests.http_receiver import Receiver, Request
-from tests.reliability.faults import Ticker, wait_until
+from tests.support.checks import wait_until
+from tests.support.network import Receiver, Request
+from tests.support.targets import Ticker
 
 OK = (200, {}, ExportMetricsServiceResponse().SerializeToString())
 FAST = Backoff(first=0.05, cap=0.2)

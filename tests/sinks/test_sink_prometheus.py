@@ -20,28 +20,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from monitor_async import AlertEvent, Monitor
 from monitor_async.backends import PrometheusSink
-
-Samples = dict[tuple[str, str | None], float]
-
-
-def parse(text: str) -> Samples:
-    return {
-        (sample.name, sample.labels.get("watch")): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
+from tests.support.network import parse_metrics, scrape
 
 
-async def scrape(url: str) -> Samples:
-    def get() -> str:
-        with urllib.request.urlopen(url, timeout=10) as response:
-            assert response.status == 200
-            return str(response.read().decode())
+class Fixed:
+    """Answers the same ``values`` until a test changes them."""
 
-    return parse(await asyncio.to_thread(get))
-
-
-class Counter:
     def __init__(self, **values: float) -> None:
         self.values = dict(values)
 
@@ -50,8 +34,8 @@ class Counter:
 
 
 async def test_scrape_shows_latest_value_of_every_watch_as_labelled_gauges() -> None:
-    collector = Counter(frames=100, episodes=2)
-    buffer = Counter(size=10)
+    collector = Fixed(frames=100, episodes=2)
+    buffer = Fixed(size=10)
     async with PrometheusSink(port=0) as sink:
         assert sink.host == "127.0.0.1"
         assert isinstance(sink.port, int) and sink.port > 0
@@ -59,7 +43,7 @@ async def test_scrape_shows_latest_value_of_every_watch_as_labelled_gauges() -> 
         monitor.watch(collector, name="collector")
         monitor.watch(buffer, name="rb")
         await monitor.step()
-        first = await scrape(sink.url)
+        first = await asyncio.to_thread(scrape, sink.url)
         assert first[("monitor_async_frames", "collector")] == 100.0
         assert first[("monitor_async_episodes", "collector")] == 2.0
         assert first[("monitor_async_size", "rb")] == 10.0
@@ -68,7 +52,7 @@ async def test_scrape_shows_latest_value_of_every_watch_as_labelled_gauges() -> 
         collector.values["frames"] = 250
         buffer.values["size"] = 40
         await monitor.step()
-        second = await scrape(sink.url)
+        second = await asyncio.to_thread(scrape, sink.url)
         assert second[("monitor_async_frames", "collector")] == 250.0
         assert second[("monitor_async_size", "rb")] == 40.0
         # rates derived by the monitor are exported like any other metric
@@ -94,7 +78,7 @@ async def test_background_monitor_updates_what_a_scrape_sees() -> None:
             loop = asyncio.get_running_loop()
             deadline = loop.time() + 20
             while len(set(seen)) < 3 and loop.time() < deadline:
-                value = (await scrape(sink.url)).get(("monitor_async_ticks", "ticking"))
+                value = (await asyncio.to_thread(scrape, sink.url)).get(("monitor_async_ticks", "ticking"))
                 if value is not None:
                     seen.append(value)
                 await asyncio.sleep(0.05)
@@ -102,14 +86,14 @@ async def test_background_monitor_updates_what_a_scrape_sees() -> None:
     assert seen == sorted(seen)
 
 
-async def test_metric_names_are_sanitised_and_parse() -> None:
-    target = Counter(**{"loss.mean": 0.5, "gpu:0-util": 80, "9lives": 9})
+async def test_metric_names_are_sanitised_and_parse_metrics() -> None:
+    target = Fixed(**{"loss.mean": 0.5, "gpu:0-util": 80, "9lives": 9})
     target.values["env/reward"] = 1.25  # flattened nested key
     async with PrometheusSink(port=0) as sink:
         monitor = Monitor(sink)
         monitor.watch(target, name="learner")
         await monitor.step()
-        samples = await scrape(sink.url)
+        samples = await asyncio.to_thread(scrape, sink.url)
     assert samples[("monitor_async_loss_mean", "learner")] == 0.5
     assert samples[("monitor_async_gpu_0_util", "learner")] == 80.0
     assert samples[("monitor_async_9lives", "learner")] == 9.0
@@ -119,7 +103,7 @@ async def test_metric_names_are_sanitised_and_parse() -> None:
 async def test_series_are_capped_with_one_warning_and_existing_ones_keep_updating(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    target = Counter(a=1, b=2, c=3)
+    target = Fixed(a=1, b=2, c=3)
     async with PrometheusSink(port=0, max_series=2, name="prom") as sink:
         monitor = Monitor(sink)
         monitor.watch(target, name="w")
@@ -127,7 +111,7 @@ async def test_series_are_capped_with_one_warning_and_existing_ones_keep_updatin
             await monitor.step()
             target.values.update(a=10, b=20, c=30, d=40)
             await monitor.step()
-        samples = await scrape(sink.url)
+        samples = await asyncio.to_thread(scrape, sink.url)
     gauges = {k: v for k, v in samples.items() if not k[0].endswith("timestamp_seconds")}
     assert gauges == {("monitor_async_a", "w"): 10.0, ("monitor_async_b", "w"): 20.0}
     assert sink.series_dropped == 3  # c on the first write, c and d on the second
@@ -140,9 +124,9 @@ async def test_close_stops_the_server() -> None:
     sink = PrometheusSink(port=0)
     async with sink:
         url = sink.url
-        await scrape(url)
+        await asyncio.to_thread(scrape, url)
     with pytest.raises(urllib.error.URLError):
-        await scrape(url)
+        await asyncio.to_thread(scrape, url)
     await sink.close()  # idempotent
 
 
@@ -169,20 +153,20 @@ async def test_user_registry_receives_the_values_and_is_released_on_close() -> N
     registry = CollectorRegistry()
     sink = PrometheusSink(port=None, registry=registry, namespace="trainer")
     monitor = Monitor(sink)
-    monitor.watch(Counter(frames=5), name="collector")
+    monitor.watch(Fixed(frames=5), name="collector")
     await monitor.step()
-    assert parse(generate_latest(registry).decode())[("trainer_frames", "collector")] == 5.0
+    assert parse_metrics(generate_latest(registry).decode())[("trainer_frames", "collector")] == 5.0
     with pytest.raises(RuntimeError, match="not serving"):
         sink.url  # noqa: B018 - port=None opens no port
     await sink.close()
-    assert parse(generate_latest(registry).decode()) == {}
+    assert parse_metrics(generate_latest(registry).decode()) == {}
 
 
 async def test_asgi_app_serves_the_registry_from_an_async_server() -> None:
     uvicorn = pytest.importorskip("uvicorn")
     sink = PrometheusSink(port=None)
     monitor = Monitor(sink)
-    monitor.watch(Counter(requests=7), name="server")
+    monitor.watch(Fixed(requests=7), name="server")
     await monitor.step()
     server = uvicorn.Server(uvicorn.Config(sink.asgi_app(), lifespan="off", log_level="warning"))
     # a listening socket of our own: connections wait in its backlog until uvicorn serves them
@@ -190,7 +174,7 @@ async def test_asgi_app_serves_the_registry_from_an_async_server() -> None:
     task = asyncio.create_task(server.serve(sockets=[listener]))
     try:
         port = listener.getsockname()[1]
-        samples = await scrape(f"http://127.0.0.1:{port}/")
+        samples = await asyncio.to_thread(scrape, f"http://127.0.0.1:{port}/")
         assert samples[("monitor_async_requests", "server")] == 7.0
     finally:
         server.should_exit = True
@@ -260,13 +244,13 @@ async def check_alerts_and_health(sink: PrometheusSink, metrics_url: str, health
     await sink.alert(event("resolved", "warning", "collector"))
     _, _, text = await asyncio.to_thread(get, metrics_url)
     assert alerts(text) == [], "Prometheus drops a resolved alert's series"
-    assert parse(text)[("monitor_async_frames", "collector")] == 5.0, "the metrics are still served"
+    assert parse_metrics(text)[("monitor_async_frames", "collector")] == 5.0, "the metrics are still served"
 
 
 async def test_alerts_are_ALERTS_gauges_and_healthz_answers_503_while_a_critical_one_fires() -> None:
     async with PrometheusSink(port=0) as sink:
         monitor = Monitor(sink)
-        monitor.watch(Counter(frames=5), name="collector")
+        monitor.watch(Fixed(frames=5), name="collector")
         await monitor.step()
         assert sink.health_url == sink.url.replace("/metrics", "/healthz")
         await check_alerts_and_health(sink, sink.url, sink.health_url)
@@ -276,7 +260,7 @@ async def test_asgi_app_serves_healthz_beside_the_metrics_under_uvicorn() -> Non
     uvicorn = pytest.importorskip("uvicorn")
     sink = PrometheusSink(port=None)
     monitor = Monitor(sink)
-    monitor.watch(Counter(frames=5), name="collector")
+    monitor.watch(Fixed(frames=5), name="collector")
     await monitor.step()
     server = uvicorn.Server(uvicorn.Config(sink.asgi_app(), log_level="warning"))  # lifespan on: it answers
     listener = socket.create_server(("127.0.0.1", 0))
@@ -302,7 +286,7 @@ async def test_an_alert_before_any_record_starts_the_server() -> None:
 async def test_a_monitor_rule_that_fires_and_resolves_shows_in_ALERTS_and_healthz() -> None:
     from monitor_async import Alert
 
-    target = Counter(frames=5)
+    target = Fixed(frames=5)
     async with PrometheusSink(port=0) as sink:
         monitor = Monitor(sink, poll_interval=0.05,
                           alerts=[Alert.stalled("collector/frames", after=0.3, severity="critical")])

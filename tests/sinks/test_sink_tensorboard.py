@@ -11,7 +11,7 @@ from tensorboard.backend.event_processing import event_accumulator
 
 from monitor_async import Monitor, Record
 from monitor_async.backends import TensorBoardSink
-from tests.helpers import Collector
+from tests.support.targets import Collector
 
 
 def scalars(log_dir: Path) -> dict[str, list[tuple[int, float, float]]]:

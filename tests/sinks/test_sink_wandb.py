@@ -13,7 +13,7 @@ import pytest
 
 from monitor_async import Monitor
 from monitor_async.backends import WandbSink
-from tests.helpers import Collector
+from tests.support.targets import Collector
 
 wandb = pytest.importorskip("wandb")
 

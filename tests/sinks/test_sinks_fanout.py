@@ -22,7 +22,7 @@ from monitor_async.backends import (
     TensorBoardSink,
     WandbSink,
 )
-from tests.helpers import Collector
+from tests.support.targets import Collector
 
 
 def csv_series(path: Path, key: str) -> list[float]:

@@ -1,4 +1,6 @@
 """Webhook against a real HTTP receiver on 127.0.0.1: bodies Slack, Discord and a plain JSON reader take,
+
+Holds "Network spools say what happened": docs/guarantees.md#network-spools-say-what-happened-testssinkstest_deliverypy-test_webhookpy
 grouping, an outage (the events arrive once the receiver is back), and use as a notifier."""
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ import pytest
 
 from monitor_async import AlertEvent, ConfigError
 from monitor_async.backends import Backoff, Webhook
-from tests.http_receiver import Receiver
-from tests.reliability.faults import wait_until, wait_until_sync
+from tests.support.checks import wait_until, wait_until_sync
+from tests.support.network import Receiver
 
 FAST = Backoff(first=0.05, cap=0.2)
 

@@ -19,7 +19,7 @@ from monitor_async._core.threads import WorkerPool
 from monitor_async.backends import MemorySink
 
 
-class Counter:
+class Polled:
     """A cheap in-process target; remembers which thread each call ran on."""
 
     def __init__(self) -> None:
@@ -34,7 +34,7 @@ class Counter:
             return {"calls": self.calls}
 
 
-class Sleeper(Counter):
+class Sleeper(Polled):
     """A sync stats() with blocking latency (a lock, an IPC round trip)."""
 
     def __init__(self, seconds: float) -> None:
@@ -46,7 +46,7 @@ class Sleeper(Counter):
         return super().stats()
 
 
-class Hung(Counter):
+class Hung(Polled):
     """A sync stats() that blocks until released, like a call to a dead server."""
 
     def __init__(self) -> None:
@@ -87,9 +87,9 @@ async def test_watches_shows_the_policy_each_target_got() -> None:
             return {"x": 1}
 
     monitor = Monitor(MemorySink())
-    monitor.watch(Counter(), name="plain")
-    monitor.watch(Counter(), name="pinned", offload="inline")
-    monitor.watch(Counter(), name="threaded", offload="thread")
+    monitor.watch(Polled(), name="plain")
+    monitor.watch(Polled(), name="pinned", offload="inline")
+    monitor.watch(Polled(), name="threaded", offload="thread")
     monitor.watch(Async(), name="async_auto")
     monitor.watch(Async(), name="async_thread", offload="thread")
     assert monitor.watches() == {
@@ -100,11 +100,11 @@ async def test_watches_shows_the_policy_each_target_got() -> None:
         "async_thread": "inline",  # an async def always runs on the loop
     }
     with pytest.raises(ValueError, match="offload"):
-        monitor.watch(Counter(), name="bad", offload="process")  # type: ignore[arg-type]
+        monitor.watch(Polled(), name="bad", offload="process")  # type: ignore[arg-type]
 
 
 async def test_thread_offload_runs_on_a_daemon_worker_inline_on_the_loop() -> None:
-    inline, threaded = Counter(), Counter()
+    inline, threaded = Polled(), Polled()
     monitor = Monitor(MemorySink())
     monitor.watch(inline, name="inline", offload="inline")
     monitor.watch(threaded, name="threaded", offload="thread")
@@ -176,7 +176,7 @@ async def test_hung_thread_target_is_abandoned_and_neighbour_keeps_its_cadence(
     hung: Hung, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="monitor_async")
-    healthy = Counter()
+    healthy = Polled()
     sink = MemorySink()
     monitor = Monitor(sink, poll_interval=0.05)
     monitor.watch(hung, name="hung", offload="thread", poll_interval=0.2)
@@ -295,7 +295,7 @@ async def test_auto_moves_a_slow_inline_target_to_a_thread_once(caplog: pytest.L
 
 
 async def test_auto_keeps_a_fast_target_with_rare_hiccups_inline() -> None:
-    class Hiccup(Counter):
+    class Hiccup(Polled):
         def stats(self) -> dict[str, int]:
             snapshot = super().stats()
             if self.calls % 5 == 0:  # a GC pause now and then
@@ -304,7 +304,7 @@ async def test_auto_keeps_a_fast_target_with_rare_hiccups_inline() -> None:
 
     monitor = Monitor(MemorySink())
     monitor.watch(Hiccup(), name="hiccup")
-    monitor.watch(Counter(), name="fast")
+    monitor.watch(Polled(), name="fast")
     for _ in range(30):
         await monitor.step()
     assert monitor.watches() == {"hiccup": "inline", "fast": "inline"}
@@ -418,7 +418,7 @@ def test_async_stats_target_under_sync_monitor() -> None:
 
 
 def test_hung_thread_target_under_sync_monitor(hung: Hung) -> None:
-    healthy = Counter()
+    healthy = Polled()
     sink = MemorySink()
     monitor = SyncMonitor(sink, poll_interval=0.05, on_error="ignore")
     monitor.watch(hung, name="hung", offload="thread", poll_interval=0.2)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,14 +18,9 @@ import urllib.request
 from pathlib import Path
 from types import TracebackType
 
+from tests.support.network import free_port
+
 __all__ = ["MlflowServer"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class MlflowServer:
@@ -39,7 +33,7 @@ class MlflowServer:
 
     def __init__(self, folder: Path, startup: float = 120.0) -> None:
         self.folder = folder
-        self.port = _free_port()
+        self.port = free_port()
         self.startup = startup
         self.process: subprocess.Popen[bytes] | None = None
         self.starts = 0

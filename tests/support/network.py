@@ -1,7 +1,5 @@
-"""A real HTTP server on 127.0.0.1 that records what it receives and answers as a test tells it.
-
-Also :class:`PostSink`, the smallest network sink a user could write on the
-public ``ResilientSink``: it POSTs each batch as JSON with ``urllib``.
+"""HTTP on 127.0.0.1: a real receiver that records what it gets and answers as a test tells it, a free port,
+a Prometheus scrape, and `PostSink`, the smallest network sink a user could write on the public ``ResilientSink``.
 """
 
 from __future__ import annotations
@@ -18,6 +16,9 @@ from typing import Any
 
 from monitor_async import Record
 from monitor_async.backends import ResilientSink
+
+Samples = dict[tuple[str, str | None], float]
+"""Scraped values by ``(sample name, its watch label)``."""
 
 DROP = "drop"
 """A reply that never comes: the server reads the request, keeps it, and closes the connection."""
@@ -143,3 +144,28 @@ def steps(receiver: Receiver, name: str, *statuses: int) -> list[int]:
         r["step"] for request in receiver.answered(*statuses)
         for r in json.loads(request.body)["records"] if r["name"] == name
     ]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def parse_metrics(text: str) -> Samples:
+    """Prometheus' text format, read with prometheus_client's own parser."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {
+        (sample.name, sample.labels.get("watch")): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def scrape(url: str) -> Samples:
+    """GETs ``url`` as Prometheus does (following a redirect) and parses the answer; blocks the caller."""
+    with urllib.request.urlopen(url, timeout=10) as response:
+        assert response.status == 200
+        return parse_metrics(response.read().decode())

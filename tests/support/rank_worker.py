@@ -1,6 +1,6 @@
-"""One rank of a real torch.distributed (gloo) job with a monitor, for test_distributed_ranks.py.
+"""One rank of a real torch.distributed (gloo) job with a monitor, for tests/distributed/test_distributed_ranks.py.
 
-Run as ``python tests/rank_worker.py OUT INTERVAL`` with the usual
+Run as ``python tests/support/rank_worker.py OUT INTERVAL`` with the usual
 ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``/``MASTER_PORT`` variables. It joins
 the process group, watches a fake learner with ``reduce=`` into a JSONL file
 per rank and a main-rank TensorBoard folder, says it is ready (``OUT/ready<rank>``),

@@ -1,0 +1,39 @@
+"""Waiting until a condition holds, on the loop or on a thread, and reading what the monitor logged."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+import pytest
+
+
+async def wait_until(
+    predicate: Callable[[], object], timeout: float = 15.0, period: float = 0.005, what: str = "the condition"
+) -> float:
+    """Polls ``predicate()`` on the loop until it holds; returns the seconds it took (fails after ``timeout``)."""
+    start = time.monotonic()
+    while not predicate():
+        if time.monotonic() - start > timeout:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        await asyncio.sleep(period)
+    return time.monotonic() - start
+
+
+def wait_until_sync(
+    predicate: Callable[[], object], timeout: float = 15.0, period: float = 0.005, what: str = "the condition"
+) -> float:
+    """`wait_until` for plain threads."""
+    start = time.monotonic()
+    while not predicate():
+        if time.monotonic() - start > timeout:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(period)
+    return time.monotonic() - start
+
+
+def monitor_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The messages logged on the ``monitor_async`` logger at WARNING or above."""
+    return [r.getMessage() for r in caplog.records if r.name == "monitor_async" and r.levelno >= logging.WARNING]
