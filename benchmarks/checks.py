@@ -20,6 +20,7 @@ from monitor_async import Record
 
 from . import bench_scale, bench_trainer
 from ._common import Bare, ClockedKeys, Row, TwelveKeys, slot_share
+from .report import fmt_goal
 
 __all__ = ["CHECKS"]
 
@@ -54,8 +55,6 @@ def bookkeeping_floor_makes_the_records_floors_records() -> None:
 
 def floor_goal_survives_json() -> None:
     """A floor goal holds ours to a multiple of the floor, and a row survives its JSON line."""
-    from .run import fmt_goal
-
     row = Row("s", "m", 12.0, unit="us", goal=("floor", 1.2), floor=10.0)
     assert row.over_floor == 1.2 and row.met is True
     assert Row("s", "m", 12.0, unit="us", goal=("floor", 1.2), floor=10.0, floor_ratio=1.3).met is False

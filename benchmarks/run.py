@@ -3,9 +3,9 @@
 Every scenario runs in a fresh interpreter (``python -m benchmarks --child
 NAME``), so one scenario's threads, imports (torch), heap and garbage never
 weigh on the next one's figures. Each prints ours, the peer's figure (when
-the peer is importable) and the ratio. ``--write`` puts the run in
-``benchmarks/RESULTS.md`` (its latest-run section; a full run also adds one
-line to its history). ``--quick`` runs every scenario with small sizes in
+the peer is importable) and the ratio. ``--write`` puts the run's table and
+notes in ``benchmarks/RESULTS.md`` (written by ``benchmarks/report.py``; a full run
+also adds one line to its history). ``--quick`` runs every scenario with small sizes in
 about a minute, for CI: no figure is asserted anywhere. ``--against DIR``
 runs the scenarios for another checkout of the repository and this one by
 turns, and prints old against new with the noise between turns.
@@ -18,7 +18,6 @@ import ast
 import datetime as dt
 import importlib
 import importlib.metadata
-import inspect
 import json
 import os
 import platform
@@ -34,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from ._common import Row, has_torchrl
+from .report import fmt, line, write_results
 
 __all__ = ["SCENARIOS", "main"]
 
@@ -41,8 +41,6 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 MARK = "BENCH-ROWS "
 PACKAGE = "BENCH-PACKAGE "
-HISTORY = "## History"
-"""The heading in RESULTS.md of the one-line-per-full-run history; a run keeps it and may add a line."""
 
 
 @dataclass(frozen=True)
@@ -58,11 +56,6 @@ class Scenario:
         module = importlib.import_module(f"benchmarks.{self.module}")
         fn: Callable[..., list[Row]] = getattr(module, self.function)
         return fn
-
-    def doc(self) -> str:
-        """The scenario module's docstring: how it is measured."""
-        module = importlib.import_module(f"benchmarks.{self.module}")
-        return inspect.cleandoc(module.__doc__ or "")
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -88,65 +81,6 @@ SCENARIOS: dict[str, Scenario] = {
         {"trials": 20, "intervals": 200, "targets": 2000, "warmup": 1.0, "seconds": 2.0, "rounds": 1},
     ),
 }
-
-
-# ------------------------------------------------------------------ formatting
-def fmt(value: float | None, unit: str) -> str:
-    if value is None:
-        return "n/a"
-    if unit == "/s":
-        return f"{value:,.0f}/s"
-    value = round(value, 3) + 0.0  # no "-0.000"
-    if unit == "MB":
-        return f"{value:.3f} MB"
-    if unit == "us":
-        return f"{value:,.1f} us" if abs(value) < 100 else f"{value:,.0f} us"
-    if unit == "records":
-        return f"{value:,.0f}"
-    if unit == "s":
-        return f"{value:.2f} s"
-    return f"{value:.3f}"
-
-
-def fmt_goal(row: Row) -> str:
-    if row.goal is None:
-        return "reported"
-    kind, value = row.goal
-    if kind == "floor":
-        over = row.over_floor
-        now = "" if over is None else f" (now {over:.2f}x)"
-        return f"<= {value:g}x floor {fmt(row.floor, row.unit)}{now}"
-    unit = " MB" if row.unit == "MB" else ""
-    return {"ratio": f"ratio >= {value:g}", "min": f">= {value:g}", "max": f"<= {value:g}"}.get(
-        kind, f"< {value:g}{unit}"
-    )
-
-
-def fmt_met(row: Row) -> str:
-    met = row.met
-    return "-" if met is None else ("yes" if met else "**no**")
-
-
-def line(row: Row) -> str:
-    ratio = "" if row.ratio is None else f"  ratio {row.ratio:.2f}x"
-    return (
-        f"  {row.measure}: {row.who} {fmt(row.ours, row.unit)}  TorchRL {fmt(row.torchrl, row.unit)}{ratio}"
-        f"  [goal {fmt_goal(row)}: {fmt_met(row).strip('*')}]"
-    )
-
-
-def table(rows: Sequence[Row]) -> str:
-    out = [
-        "| scenario | measure | ours | TorchRL | ratio | goal | met |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for row in rows:
-        ratio = "" if row.ratio is None else f"{row.ratio:.2f}x"
-        out.append(
-            f"| {row.scenario} | {row.measure} | {fmt(row.ours, row.unit)} | {fmt(row.torchrl, row.unit)} "
-            f"| {ratio} | {fmt_goal(row)} | {fmt_met(row)} |"
-        )
-    return "\n".join(out)
 
 
 # --------------------------------------------------------------------- machine
@@ -243,112 +177,17 @@ def run_scenario(
     return [], package, f"exit status {done.returncode}\n{tail}"
 
 
-def _row(rows: Sequence[Row], number: str, measure: str) -> Row | None:
-    """The row of scenario ``number`` (``"7."``) whose measure starts with ``measure``."""
-    return next((r for r in rows if r.scenario.startswith(number + " ") and r.measure.startswith(measure)), None)
-
-
-def headline(rows: Sequence[Row]) -> str:
-    """The headline figures of a run, in one line: the goals met and the ratios the goals read."""
-    met = [row.met for row in rows if row.met is not None]
-    parts = [f"{sum(met)} of {len(met)} goals met"]
-
-    def ratio(label: str, row: Row | None) -> None:
-        if row is not None and row.ratio is not None:
-            parts.append(f"{label} {row.ratio:.2f}x TorchRL")
-
-    def over(label: str, row: Row | None) -> None:
-        if row is not None and row.over_floor is not None:
-            parts.append(f"{label} {row.over_floor:.2f}x its floor")
-
-    ratio("step()", _row(rows, "1.", "SyncMonitor(background=False)"))
-    ratio("CSV", _row(rows, "2.", "CSV, in the OS"))
-    over("CPU per background poll", _row(rows, "6.", "CPU per background poll"))
-    over("10,000 targets' CPU", _row(rows, "7.", "process CPU share"))
-    on_time = _row(rows, "7.", "share of polls within")
-    if on_time is not None:
-        parts.append(f"10,000 targets on time {on_time.ours:.3f}")
-    log_call = next((r for r in rows if r.measure.startswith("SyncMonitor.log() calls/s")), None)
-    if log_call is not None and log_call.ours > 0:
-        parts.append(f"log() {1e6 / log_call.ours:.2f} us")
-    cheapest = next((r for r in rows if r.measure.startswith("ours vs the cheapest peer")), None)
-    if cheapest is not None and cheapest.ratio is not None:
-        parts.append(f"log() {cheapest.ratio:.0f}x the cheapest peer")
-    return "; ".join(parts)
-
-
-def write_results(
-    path: Path, rows: Sequence[Row], log: Sequence[str], command: str, started: dt.datetime, seconds: float,
-    info: dict[str, str], names: Sequence[str], full: bool,
-) -> None:
-    """Writes the latest run to ``path``, keeping its history and, for a ``full`` run, adding a line to it."""
-    modules = dict.fromkeys(SCENARIOS[name].module for name in names)
-    methods = "\n\n".join(
-        f"### {module}.py\n\n{next(SCENARIOS[n].doc() for n in names if SCENARIOS[n].module == module)}"
-        for module in modules
-    )
-    notes = "\n".join(f"- {row.scenario}, {row.measure}: {row.note}" for row in rows if row.note)
-    machine_lines = "\n".join(f"- {key}: {value}" for key, value in info.items())
-    met = [row.met for row in rows if row.met is not None]
-    summary = f"{sum(met)} of {len(met)} goals met." if met else "No goals checked."
-    old = path.read_text(encoding="utf-8") if path.exists() else ""
-    at = old.find("\n" + HISTORY + "\n")
-    lines = [t for t in old[at:].splitlines() if t.startswith("- ")] if at >= 0 else []
-    if full:
-        lines.append(f"- {started.strftime('%Y-%m-%d %H:%M %Z').strip()}, {info['commit']}: {headline(rows)}")
-    history = "\n".join(lines) or "(no full run yet)"
-    text = f"""# Benchmark results
-
-Written by `python -m benchmarks --write`; do not edit by hand. The latest run is below, then
-one line per full run. What the figures mean, and what was learned measuring them, is in
-`docs/performance.md`.
-
-## Latest run
-
-- Command: `{command}` (run from the repository root)
-- Date: {started.strftime("%Y-%m-%d %H:%M %Z").strip()}, {seconds:.0f} s in all
-{machine_lines}
-
-Ours is monitor-async; TorchRL is `torchrl.record.loggers.monitoring.LoggerMonitor` with its
-own loggers, driving the same target classes in the same run on the same machine. Ratio is
-ours / TorchRL. A goal against a floor (`<= 1.1x floor ...`) holds ours to a multiple of the
-same work done the plain way with no monitor, measured in the same run (see each scenario).
-Every scenario ran in a fresh interpreter. {summary}
-
-{table(rows)}
-
-### Notes on the figures
-
-{notes}
-
-### How each scenario is measured
-
-{methods.replace(chr(10) + "### ", chr(10) + "#### ").replace("### ", "#### ", 1)}
-
-### Output of the run
-
-```
-{chr(10).join(log)}
-```
-
-{HISTORY}
-
-One line per full run (`python -m benchmarks --write`): date, commit, headline figures. The
-lines up to 8bfff35 were read off the notebook this file once kept by hand; the two background
-goals are read against the floors issue 27 names (the bare asyncio loop, the least-bookkeeping
-floor), with the plain thread they were held to then beside them.
-
-{history}
-"""
-    path.write_text(text, encoding="utf-8")
-
-
 # ---------------------------------------------------------------- old and new
 def _old_tree(old: Path, stage: Path) -> Tree:
-    """This suite's code against the package of the checkout ``old``: ``benchmarks`` comes from ``stage``."""
-    link = stage / "benchmarks"
-    if not link.exists():
-        link.symlink_to(Path(__file__).resolve().parent, target_is_directory=True)
+    """This suite's code against the package of the checkout ``old``.
+
+    ``benchmarks`` and the ``tests.support`` modules it uses come from links in ``stage``, ahead of ``old``.
+    """
+    here = Path(__file__).resolve().parent
+    for link, target in ((stage / "benchmarks", here), (stage / "tests" / "support", here.parent / "tests" / "support")):
+        if not link.exists():
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(target, target_is_directory=True)
     return Tree(stage, (str(stage), str(old)))
 
 
@@ -521,10 +360,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     started_at = dt.datetime.now(dt.UTC).astimezone()
     started = time.perf_counter()
     info = machine()
-    log = [f"monitor-async benchmarks ({'quick' if args.quick else 'full'}), {command}"]
-    log += [f"{key}: {value}" for key, value in info.items()]
-    for text in log:
-        print(text, flush=True)
+    print(f"monitor-async benchmarks ({'quick' if args.quick else 'full'}), {command}", flush=True)
+    for key, value in info.items():
+        print(f"{key}: {value}", flush=True)
     rows: list[Row] = []
     keys: list[str] = []  # each row's scenario, as --only names it
     failed = False
@@ -538,13 +376,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             lines.append(f"  FAILED: {error}")
         for text in lines:
             print(text, flush=True)
-        log += lines
         rows += got
         keys += [name] * len(got)
     seconds = time.perf_counter() - started
     met = [row.met for row in rows if row.met is not None]
-    log.append(f"{sum(met)} of {len(met)} goals met; {seconds:.0f} s in all")
-    print(log[-1], flush=True)
+    print(f"{sum(met)} of {len(met)} goals met; {seconds:.0f} s in all", flush=True)
     if args.json is not None:
         args.json.write_text(json.dumps([
             {**row.as_json(), "key": key, "ratio": row.ratio, "over_floor": row.over_floor, "met": row.met}
@@ -553,7 +389,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if output is not None:
         full = not (args.quick or args.only or args.set or failed)
         info = {**info, "commit": _commit(ROOT)}
-        write_results(output, rows, log, command, started_at, seconds, info, names, full)
+        write_results(output, rows, command, started_at, seconds, info, full)
         print(f"wrote {output}", flush=True)
     return 1 if failed else 0
 

@@ -91,9 +91,21 @@ def test_entry_point_runs_a_scenario_in_a_child_and_writes_the_results(tmp_path:
     assert "| scenario | measure | ours | TorchRL | ratio | goal | met |" in text
     assert "stalled sink" in text
     assert "python -m benchmarks --quick --only memory --no-torchrl" in text
+    # the run's raw output stays on the terminal, and how a scenario is measured in its module's docstring
+    assert "```" not in text and "### How each scenario is measured" not in text
+    assert "memory while a sink is stalled" not in text
     # the history is kept, and a quick run of one scenario adds no line to it
     history = text[text.index("## History"):]
     assert [t for t in history.splitlines() if t.startswith("- ")] == ["- 2026-01-01 00:00 UTC, abc1234: kept"]
+
+
+def test_the_results_file_is_the_latest_table_its_notes_and_one_line_per_run() -> None:
+    text = (ROOT / "benchmarks" / "RESULTS.md").read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 300
+    assert "| scenario | measure | ours | TorchRL | ratio | goal | met |" in text
+    assert "### Notes on the figures" in text and "```" not in text
+    history = text[text.index("## History"):].splitlines()
+    assert any(t.startswith("- ") for t in history)
 
 
 def test_file_and_trainer_scenarios_measure_ours_beside_the_floor(tmp_path: Path) -> None:
