@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,18 +17,6 @@ from tests.support.targets import Collector
 wandb = pytest.importorskip("wandb")
 
 
-
-@pytest.fixture
-def offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """wandb offline, writing under tmp_path; finishes any run a failing test left active."""
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
-    yield tmp_path
-    if wandb.run is not None:
-        wandb.run.finish()
-
-
 def transaction_log(wandb_dir: Path) -> list[dict[str, Any]]:
     """The records of the single offline run under ``wandb_dir``, via ``wandb leet inspect --json``."""
     [run_dir] = (wandb_dir / "wandb").glob("offline-run-*")
@@ -40,8 +27,8 @@ def transaction_log(wandb_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
 
-async def test_a_created_run_gets_one_axis_per_watch_and_is_finished(offline: Path) -> None:
-    sink = WandbSink(project="monitor-async-tests", dir=str(offline))
+async def test_a_created_run_gets_one_axis_per_watch_and_is_finished(wandb_offline: Path) -> None:
+    sink = WandbSink(project="monitor-async-tests", dir=str(wandb_offline))
     assert wandb.run is None, "constructing the sink does not start a run"
     monitor = Monitor(sink, close_sinks=True)
     monitor.watch(Collector(), name="collector", step="frames", rate_keys=[])
@@ -53,7 +40,7 @@ async def test_a_created_run_gets_one_axis_per_watch_and_is_finished(offline: Pa
     assert wandb.run is None, "the sink finishes the run it created"
     assert monitor.stats()["sink/wandb/errors"] == 0.0
 
-    records = transaction_log(offline)
+    records = transaction_log(wandb_offline)
     metrics = [r["metric"] for r in records if r["type"] == "metric"]
     for name in ("collector", "rb"):
         assert {"name": f"{name}/step", "options": {"defined": True}} in metrics
@@ -68,8 +55,8 @@ async def test_a_created_run_gets_one_axis_per_watch_and_is_finished(offline: Pa
     assert run["project"] == "monitor-async-tests"
 
 
-async def test_a_given_or_active_run_is_used_and_left_running(offline: Path) -> None:
-    run = wandb.init(project="monitor-async-tests", dir=str(offline))
+async def test_a_given_or_active_run_is_used_and_left_running(wandb_offline: Path) -> None:
+    run = wandb.init(project="monitor-async-tests", dir=str(wandb_offline))
     given, active = WandbSink(run, name="given"), WandbSink(name="active")
     monitor = Monitor([given, active], close_sinks=True)
     monitor.watch(Collector(), name="a", rate_keys=[])
@@ -80,13 +67,13 @@ async def test_a_given_or_active_run_is_used_and_left_running(offline: Path) -> 
     run.log({"user/metric": 1.0})
     assert run.summary["a/frames"] == 100 and run.summary["a/step"] == 0
     run.finish()
-    history = [r["history"]["item"] for r in transaction_log(offline) if r["type"] == "history"]
+    history = [r["history"]["item"] for r in transaction_log(wandb_offline) if r["type"] == "history"]
     assert [h["a/frames"] for h in history if "a/frames" in h] == [100, 100]
     assert "user/metric" in history[-1]
 
 
-async def test_writing_after_close_raises(offline: Path) -> None:
-    sink = WandbSink(mode="offline", dir=str(offline))
+async def test_writing_after_close_raises(wandb_offline: Path) -> None:
+    sink = WandbSink(mode="offline", dir=str(wandb_offline))
     await sink.close()  # never opened: no run was created
     assert wandb.run is None
     with pytest.raises(RuntimeError, match="'wandb' is closed"):
@@ -98,14 +85,14 @@ def test_a_run_and_init_arguments_together_are_rejected() -> None:
         WandbSink(object(), project="x")
 
 
-async def test_alerts_reach_the_run_with_their_level_and_state_in_the_title(offline: Path) -> None:
+async def test_alerts_reach_the_run_with_their_level_and_state_in_the_title(wandb_offline: Path) -> None:
     from monitor_async import AlertEvent
 
     def event(state: str, severity: str, watch: str) -> AlertEvent:
         return AlertEvent("stalled */frames", state, severity, watch, f"{watch}/frames", 100.0,  # type: ignore[arg-type]
                           1.0, 2.0, {}, f"{watch}/frames has not increased for 62 s")
 
-    sink = WandbSink(project="monitor-async-tests", dir=str(offline))
+    sink = WandbSink(project="monitor-async-tests", dir=str(wandb_offline))
     monitor = Monitor(sink, close_sinks=True)
     monitor.watch(Collector(), name="collector", rate_keys=[])
     await monitor.step()
@@ -114,7 +101,7 @@ async def test_alerts_reach_the_run_with_their_level_and_state_in_the_title(offl
     await sink.alert(event("resolved", "warning", "collector"))
     await monitor.stop(log_final=False)
 
-    alerts = [r["alert"] for r in transaction_log(offline) if r["type"] == "alert"]
+    alerts = [r["alert"] for r in transaction_log(wandb_offline) if r["type"] == "alert"]
     assert [(a["title"], a["level"], a["text"]) for a in alerts] == [
         ("firing: stalled */frames · collector", "WARN", "collector/frames has not increased for 62 s"),
         ("firing: stalled */frames · rb", "ERROR", "rb/frames has not increased for 62 s"),
@@ -122,19 +109,19 @@ async def test_alerts_reach_the_run_with_their_level_and_state_in_the_title(offl
     ]
 
 
-async def test_an_alert_before_any_record_opens_the_run_and_titles_stay_under_64(offline: Path) -> None:
+async def test_an_alert_before_any_record_opens_the_run_and_titles_stay_under_64(wandb_offline: Path) -> None:
     from monitor_async import AlertEvent
 
     long = "stalled " + "x" * 80
-    sink = WandbSink(project="monitor-async-tests", dir=str(offline))
+    sink = WandbSink(project="monitor-async-tests", dir=str(wandb_offline))
     await sink.alert(AlertEvent(long, "firing", "critical", "w", None, None, 1.0, 2.0, {"rank": 3}, ""))
     await sink.close()
-    [alert] = [r["alert"] for r in transaction_log(offline) if r["type"] == "alert"]
+    [alert] = [r["alert"] for r in transaction_log(wandb_offline) if r["type"] == "alert"]
     assert len(alert["title"]) < 64 and alert["title"].startswith("firing: stalled xxx")
     assert alert["text"] == long and alert["level"] == "ERROR", "the rule stands in for an empty message"
 
 
-async def test_a_monitor_rule_that_fires_lands_in_the_offline_run(offline: Path) -> None:
+async def test_a_monitor_rule_that_fires_lands_in_the_offline_run(wandb_offline: Path) -> None:
     import asyncio
 
     from monitor_async import Alert
@@ -144,7 +131,7 @@ async def test_a_monitor_rule_that_fires_lands_in_the_offline_run(offline: Path)
             return {"frames": 100.0}
 
     fired: list[Any] = []
-    sink = WandbSink(project="monitor-async-tests", dir=str(offline))
+    sink = WandbSink(project="monitor-async-tests", dir=str(wandb_offline))
     monitor = Monitor(sink, poll_interval=0.05, close_sinks=True, notify=fired.append,
                       alerts=[Alert.stalled("stuck/frames", after=0.3)])
     monitor.watch(Stuck(), name="stuck")
@@ -154,6 +141,6 @@ async def test_a_monitor_rule_that_fires_lands_in_the_offline_run(offline: Path)
                 break
             await asyncio.sleep(0.05)
     assert fired, "the rule fired"
-    [alert] = [r["alert"] for r in transaction_log(offline) if r["type"] == "alert"]
+    [alert] = [r["alert"] for r in transaction_log(wandb_offline) if r["type"] == "alert"]
     assert alert["title"] == "firing: stalled stuck/frames" and alert["level"] == "WARN"
     assert alert["text"].startswith("stuck/frames has not increased for ")

@@ -6,7 +6,6 @@ import csv
 import io
 import json
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,18 +40,7 @@ def tb_series(log_dir: Path, key: str) -> list[float]:
     return [e.value for e in acc.Scalars(key)]
 
 
-@pytest.fixture
-def wandb_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    wandb = pytest.importorskip("wandb")
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
-    yield wandb
-    if wandb.run is not None:
-        wandb.run.finish()
-
-
-async def test_one_monitor_writes_the_same_values_to_every_sink(tmp_path: Path, wandb_offline: Any) -> None:
+async def test_one_monitor_writes_the_same_values_to_every_sink(tmp_path: Path, wandb_offline: Path) -> None:
     memory, console_out = MemorySink(), io.StringIO()
     wandb_sink = WandbSink(project="fanout", dir=str(tmp_path))
     sinks = [

@@ -10,14 +10,21 @@ from collections.abc import Callable
 import pytest
 
 
+def _waiting(predicate: Callable[[], object], start: float, timeout: float, what: str) -> bool:
+    """Whether ``predicate()`` does not hold yet; fails the test once ``timeout`` seconds have passed."""
+    if predicate():
+        return False
+    if time.monotonic() - start > timeout:
+        raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+    return True
+
+
 async def wait_until(
     predicate: Callable[[], object], timeout: float = 15.0, period: float = 0.005, what: str = "the condition"
 ) -> float:
     """Polls ``predicate()`` on the loop until it holds; returns the seconds it took (fails after ``timeout``)."""
     start = time.monotonic()
-    while not predicate():
-        if time.monotonic() - start > timeout:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+    while _waiting(predicate, start, timeout, what):
         await asyncio.sleep(period)
     return time.monotonic() - start
 
@@ -27,9 +34,7 @@ def wait_until_sync(
 ) -> float:
     """`wait_until` for plain threads."""
     start = time.monotonic()
-    while not predicate():
-        if time.monotonic() - start > timeout:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+    while _waiting(predicate, start, timeout, what):
         time.sleep(period)
     return time.monotonic() - start
 
