@@ -26,6 +26,7 @@ from .._core.threads import join_all
 from .loops import LoopBusy, LoopThread, PrivateLoop, loop_running_here
 from .monitor import Monitor
 from .options import MonitorOptions, WatchOptions
+from .signals import settle as settle_signals
 
 __all__ = ["LoggerMonitor", "SyncMonitor"]
 
@@ -228,6 +229,7 @@ class SyncMonitor:
         thread = self._loop_thread(True)
         assert thread is not None
         thread.call(self.monitor.start)
+        settle_signals()  # the loop thread cannot install signal handlers: this thread may
         return self
 
     def stop(self, *, log_final: bool | None = None) -> None:
@@ -253,6 +255,7 @@ class SyncMonitor:
         finally:
             if not busy:
                 self._end_loop_thread()
+            settle_signals()
 
     def close(self) -> None:
         """``stop()``, then release the loop and join the monitor's threads. Idempotent."""
