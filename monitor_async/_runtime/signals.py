@@ -35,11 +35,9 @@ SIGNALS: tuple[signal.Signals, ...] = tuple(
 
 
 class Stoppable(Protocol):
-    """What a signal needs of a monitor: stopping it, its bound, and starting it again."""
+    """What a signal needs of a monitor: stopping it, and how long that may take."""
 
     def stop(self) -> Awaitable[None]: ...
-
-    def start(self) -> Awaitable[object]: ...
 
     def stop_bound(self) -> float: ...
 
@@ -114,10 +112,7 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
     bound = max(_bound(monitor) for monitor, _ in entries)
     stops = [(m, loop, asyncio.run_coroutine_threadsafe(_awaited(m.stop()), loop)) for m, loop in entries]
     ending = _ending = _Ending(signum, frame, time.monotonic() + bound, stops)
-    try:
-        here: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-    except RuntimeError:
-        here = None
+    here = _loop_here()
     if all(loop is not here for _, loop, _ in stops):  # every loop turns in a thread of its own: wait here
         concurrent.futures.wait([f for _, _, f in stops], timeout=bound)
         _finish(ending)
@@ -136,7 +131,7 @@ def _watch(ending: _Ending, here: asyncio.AbstractEventLoop) -> None:
 
 
 def _finish(ending: _Ending) -> None:
-    """In the main thread: the stops are done or past their bound; pass the signal on, resume if the process lives."""
+    """In the main thread: the stops are done or past their bound; the signal is passed on."""
     global _ending
     if ending.over.is_set():
         return
@@ -147,20 +142,18 @@ def _finish(ending: _Ending) -> None:
         elif not future.cancelled() and future.exception() is not None:
             log.warning("monitor-async: stopping on signal %d: %r", ending.signum, future.exception())
     try:
-        handled = _pass_on(ending.signum, ending.frame)
+        if _pass_on(ending.signum, ending.frame):
+            log.info(
+                "monitor-async: signal %d stopped %d monitor(s), and the handler in place before them let the "
+                "process go on: they stay stopped, as after stop()", ending.signum, len(ending.stops),
+            )
     finally:
         _ending = None
-    if not handled:
-        return
-    # the handler before ours returned: the process goes on, and so does its monitoring
-    for monitor, loop, future in ending.stops:
-        if future.done() and loop.is_running():
-            asyncio.run_coroutine_threadsafe(_awaited(monitor.start()), loop)
     settle()
 
 
 def _pass_on(signum: int, frame: FrameType | None) -> bool:
-    """What would have happened without us: the previous handler's call (``True`` once it returned), or the
+    """What would have happened without us: the previous handler's call (``True`` if it returned), or the
     default action: the process ends by the signal."""
     previous = _previous.get(signum, signal.SIG_DFL)
     if callable(previous):
@@ -169,6 +162,14 @@ def _pass_on(signum: int, frame: FrameType | None) -> bool:
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
     return False
+
+
+def _loop_here() -> asyncio.AbstractEventLoop | None:
+    """The loop running in this thread, if any (the main thread's own, when a signal interrupts it)."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def _bound(monitor: Stoppable) -> float:

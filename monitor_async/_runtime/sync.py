@@ -45,7 +45,8 @@ class SyncMonitor:
         sinks: the sinks, as for [Monitor][monitor_async.Monitor].
         background: ``True`` (default): ``start()`` or ``with`` polls in a
             daemon loop thread. ``False``: only ``step()`` polls.
-        **options: every keyword option of [Monitor][monitor_async.Monitor].
+        **options: every keyword option of [Monitor][monitor_async.Monitor], such as
+            ``handle_signals=False`` ([ending by signal](guarantees.md#ending-by-signal-is-a-stop-test_signalspy)).
 
     Examples:
         >>> from monitor_async import SyncMonitor
