@@ -11,6 +11,7 @@ from types import TracebackType
 from typing import Any
 
 from .._core.alerts import Alert, AlertEvent
+from .._core.checks import choice
 from .._core.exceptions import ConfigError, WatchTypeError
 from .._core.guard import within
 from .._core.names import unique
@@ -20,6 +21,7 @@ from .._core.schedule import Every
 from .._core.threads import WorkerPool
 from .._core.world import World, for_rank, source_of
 from .._core.world import world as detect_world
+from . import signals
 from .alerts import Engine, LoopLag
 from .boards import Board
 from .callers import OFFLOADS, Offload, make_caller
@@ -115,6 +117,9 @@ class Monitor:
         notify: callables `fn(event)` (sync or `async def`) called with every
             [`AlertEvent`][monitor_async.AlertEvent], off the poll path.
         notify_timeout: seconds a notifier call may take (default 10.0).
+        handle_signals: stop as ``stop()`` does when SIGTERM or SIGHUP ends the
+            process, which then ends by that signal (default ``True``; see
+            [ending by signal](guarantees.md#ending-by-signal-is-a-stop-test_signalspy)).
 
     Raises:
         ConfigError: an option is out of range (the message names it).
@@ -153,6 +158,7 @@ class Monitor:
         alerts: Sequence[Alert] | None = None,
         notify: Sequence[Callable[[AlertEvent], Any]] | Callable[[AlertEvent], Any] | None = None,
         notify_timeout: float = 10.0,
+        handle_signals: bool = True,
     ) -> None:
         if on_error not in ON_ERROR:
             raise ConfigError(f"Monitor: on_error must be 'warn', 'raise' or 'ignore', got {on_error!r}")
@@ -169,6 +175,7 @@ class Monitor:
         self.poll_timeout = poll_timeout
         self.stop_timeout = float(stop_timeout)
         self.close_sinks = close_sinks
+        self._handle_signals = choice("Monitor", "handle_signals", handle_signals, (True, False))
         self._max_values = max_values
         self._thread_limit = thread_limit
         self._pool: WorkerPool | None = None
@@ -663,6 +670,8 @@ class Monitor:
         self._pushes.attach(self._loop)
         self._lag.start(self._loop)
         self._alerts.start(self._loop)
+        if self._handle_signals:
+            signals.enlist(self, self._loop)
         return self
 
     def _forget_loop(self) -> None:
@@ -719,6 +728,7 @@ class Monitor:
             if self._stop_event is not None:
                 self._stop_event.set()
             self._loop = None
+            signals.discharge(self)
         self._raise_pending()
 
     def _count_missed(self) -> None:

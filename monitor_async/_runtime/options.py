@@ -32,6 +32,7 @@ class MonitorOptions(TypedDict, total=False):
     alerts: Sequence[Alert] | None
     notify: Sequence[Callable[[AlertEvent], Any]] | Callable[[AlertEvent], Any] | None
     notify_timeout: float
+    handle_signals: bool
 
 
 class WatchOptions(TypedDict, total=False):

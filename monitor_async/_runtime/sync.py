@@ -26,6 +26,7 @@ from .._core.threads import join_all
 from .loops import LoopBusy, LoopThread, PrivateLoop, loop_running_here
 from .monitor import Monitor
 from .options import MonitorOptions, WatchOptions
+from .signals import settle as settle_signals
 
 __all__ = ["LoggerMonitor", "SyncMonitor"]
 
@@ -44,7 +45,8 @@ class SyncMonitor:
         sinks: the sinks, as for [Monitor][monitor_async.Monitor].
         background: ``True`` (default): ``start()`` or ``with`` polls in a
             daemon loop thread. ``False``: only ``step()`` polls.
-        **options: every keyword option of [Monitor][monitor_async.Monitor].
+        **options: every keyword option of [Monitor][monitor_async.Monitor], such as
+            ``handle_signals=False`` ([ending by signal](guarantees.md#ending-by-signal-is-a-stop-test_signalspy)).
 
     Examples:
         >>> from monitor_async import SyncMonitor
@@ -228,6 +230,7 @@ class SyncMonitor:
         thread = self._loop_thread(True)
         assert thread is not None
         thread.call(self.monitor.start)
+        settle_signals()  # the loop thread cannot install signal handlers: this thread may
         return self
 
     def stop(self, *, log_final: bool | None = None) -> None:
@@ -253,6 +256,7 @@ class SyncMonitor:
         finally:
             if not busy:
                 self._end_loop_thread()
+            settle_signals()
 
     def close(self) -> None:
         """``stop()``, then release the loop and join the monitor's threads. Idempotent."""
