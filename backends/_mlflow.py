@@ -202,7 +202,8 @@ class MLflowSink(ResilientSink):
     Args:
         tracking_uri: a tracking server (``http(s)://``) or any store MLflow's
             client takes (``sqlite:``, ``file:``, ``databricks``); ``None``
-            (default): ``mlflow.get_tracking_uri()``.
+            (default): ``mlflow.get_tracking_uri()``. Its user-info and query values
+            are [never printed](guarantees.md#secrets-never-printed-test_secretspy).
         experiment: the experiment of a run the sink creates, created if
             missing; ``None`` (default): MLflow's from the environment, else Default.
         run_id: an existing run to log to, never ended by the sink; ``None``
@@ -221,7 +222,8 @@ class MLflowSink(ResilientSink):
         ranks: ``"main"`` (default): only rank 0 logs; ``"all"``: every rank.
 
     Raises:
-        ConfigError: a bad option, or ``run_id`` together with options of a new run.
+        ConfigError: a bad option (a ``tracking_uri`` no store takes...), or ``run_id``
+            together with options of a new run.
 
     Examples:
         >>> import asyncio, tempfile

@@ -12,7 +12,14 @@ from typing import Any
 from urllib.parse import unquote
 
 from monitor_async._core import ConfigError, DeliveryError, Ranks, Record, check_ranks
-from monitor_async._core.secrets import check_headers, check_http_url, keep_secret, redact, redact_logs, redact_url
+from monitor_async._core.secrets import (
+    check_headers,
+    check_http_url,
+    keep_secret,
+    redact,
+    redact_logs,
+    redact_url,
+)
 from monitor_async._version import __version__
 
 from ._delivery import (
@@ -170,10 +177,11 @@ class OTLPSink(ResilientSink):
     [Remote trackers: OpenTelemetry](remote-trackers.md#opentelemetry-otlpsink).
 
     Args:
-        endpoint: the full OTLP/HTTP metrics URL; ``None`` (default): from
-            ``OTEL_EXPORTER_OTLP_*``, else ``http://localhost:4318/v1/metrics``.
-        headers: extra HTTP headers (an API key...); ``None`` (default): the
-            ``OTEL_EXPORTER_OTLP_*HEADERS`` variables.
+        endpoint: the full OTLP/HTTP metrics URL (``http(s)``, with a host); ``None``
+            (default): from ``OTEL_EXPORTER_OTLP_*``, else ``http://localhost:4318/v1/metrics``.
+            Its user-info and query values are [never printed](guarantees.md#secrets-never-printed-test_secretspy).
+        headers: extra HTTP headers (an API key...), their values never printed; ``None``
+            (default): the ``OTEL_EXPORTER_OTLP_*HEADERS`` variables.
         service_name: the resource's ``service.name``; ``None`` (default):
             ``OTEL_SERVICE_NAME`` / ``OTEL_RESOURCE_ATTRIBUTES``, else ``"monitor-async"``.
         resource_attributes: more resource attributes
@@ -187,7 +195,7 @@ class OTLPSink(ResilientSink):
         ranks: ``"all"`` (default): every rank exports; ``"main"``: only rank 0.
 
     Raises:
-        ConfigError: a bad option.
+        ConfigError: a bad option (an endpoint that is not an ``http(s)`` URL with a host...).
 
     Examples:
         >>> sink = OTLPSink("http://127.0.0.1:4318/v1/metrics", service_name="trainer")

@@ -176,7 +176,7 @@ class PrometheusSink(BaseSink):
 
     Args:
         host: the address the built-in server binds to (default
-            ``"127.0.0.1"``: only this machine can scrape); a non-empty string.
+            ``"127.0.0.1"``: only this machine can scrape); a host name or IP address.
         port: the built-in server's TCP port (default 9464), 0..65535: ``0``
             picks a free one (read ``.port`` or ``.url``); ``None``: no server,
             serve [asgi_app][monitor_async.backends.PrometheusSink.asgi_app] yourself.

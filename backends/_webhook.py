@@ -65,9 +65,10 @@ class Webhook(ResilientSink):
 
     Args:
         url: the webhook's ``http(s)://`` URL (Slack's incoming webhook,
-            Discord's channel webhook, or your own endpoint).
+            Discord's channel webhook, or your own endpoint); only its scheme and host
+            are ever printed ([never printed](guarantees.md#secrets-never-printed-test_secretspy)).
         format: the body of each post: ``"slack"`` (default), ``"discord"`` or ``"json"``.
-        headers: extra HTTP headers (a token...); ``None`` (default): none.
+        headers: extra HTTP headers (a token...), their values never printed; ``None`` (default): none.
         group_window: seconds the events of one rule are gathered before
             they are posted (default 1.0); must be a finite number >= 0.
         timeout: seconds one post may take (default 10.0); must be > 0.

@@ -79,7 +79,7 @@ def _of_url(url: str, path: bool) -> set[str]:
 
 def _of_header(value: str) -> set[str]:
     found = {value.strip()}
-    scheme, _, credentials = value.strip().partition(" ")
+    credentials = value.strip().partition(" ")[2]
     if credentials:  # "Bearer <token>": the token alone may be printed too
         found.add(credentials.strip())
     return found
