@@ -177,10 +177,11 @@ def check_http_url(owner: str, option: str, value: Any, *, also: str = "", path:
     redacted (its path too, with ``path=True``); ``also`` adds to what the message allows.
 
     Examples:
-        >>> check_http_url("OTLPSink", "endpoint", "ftp://bob:pw@host/v1/metrics")
-        Traceback (most recent call last):
-        ...
-        monitor_async._core.exceptions.ConfigError: OTLPSink: endpoint must be an http(s) URL with a host and a port in 1..65535, got 'ftp://***@host/v1/metrics'
+        >>> try:
+        ...     check_http_url("OTLPSink", "endpoint", "ftp://bob:pw@host/v1/metrics")
+        ... except ValueError as exc:
+        ...     print(exc)
+        OTLPSink: endpoint must be an http(s) URL with a host and a port in 1..65535, got 'ftp://***@host/v1/metrics'
     """
     if isinstance(value, str) and urlsplit(value).scheme.lower() in ("http", "https") and _host_and_port(value):
         return value
