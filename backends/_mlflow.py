@@ -15,14 +15,17 @@ from typing import Any, cast
 from urllib.parse import urlparse
 
 from monitor_async._core import AlertEvent, ConfigError, DeliveryError, Ranks, Record, check_ranks
+from monitor_async._core.checks import refuse
+from monitor_async._core.secrets import HTTP_URL, check_http_url, keep_secret, redact, redact_logs, redact_url
 
 from ._delivery import (
     DEFAULT_SPOOL_BYTES,
     Backoff,
     ResilientSink,
-    classify,
+    failed,
     not_the_answer,
     parse_retry_after,
+    text_of,
 )
 
 try:
@@ -82,8 +85,10 @@ class _Rest:
 
         credentials: Any = get_default_host_creds  # MLflow's helpers are not typed
         self._creds = credentials(uri)
+        keep_secret(values=(self._creds.password, self._creds.token))  # from MLFLOW_TRACKING_PASSWORD / _TOKEN
         self._http: Any = http_request
         self._timeout = timeout
+        self._shown = redact_url(uri)
 
     def call(self, method: str, endpoint: str, body: Mapping[str, Any]) -> dict[str, Any]:
         try:
@@ -93,17 +98,14 @@ class _Rest:
                 raise_on_status=False, **({"params": body} if method == "GET" else {"json": body}),
             )
         except MlflowException as exc:  # no reply: say so briefly, keep what classify() read
-            failure = classify(exc)
-            raise DeliveryError(
-                f"MLflow server at {self._creds.host}: {failure.message}", retryable=failure.retry, sent=failure.sent
-            ) from exc
+            raise failed(f"MLflow server at {self._shown}", exc) from None
         if response.status_code == 200:
             try:
                 data = response.json()
             except ValueError:
                 data = None
             if not isinstance(data, dict):  # a proxy or a login page answered, not MLflow
-                raise not_the_answer(f"MLflow {endpoint} at {self._creds.host}", 200, response.content)
+                raise not_the_answer(f"MLflow {endpoint} at {self._shown}", 200, response.content)
             return data
         try:
             error = response.json()
@@ -111,7 +113,7 @@ class _Rest:
         except ValueError:
             detail = " ".join(response.text.split())[:300]
         raise DeliveryError(
-            f"MLflow {endpoint}: HTTP {response.status_code} {detail}".rstrip(),
+            redact(f"MLflow {endpoint}: HTTP {response.status_code} {detail}".rstrip()),
             status=response.status_code,
             retry_after=parse_retry_after(response.headers.get("Retry-After")),
         )
@@ -163,7 +165,7 @@ class _Client:
             return fn(*args, **kwargs)
         except MlflowException as exc:
             status = cast(Any, exc).get_http_status_code()
-            raise DeliveryError(f"MLflow {what}: {exc.error_code}: {exc.message}", status=status) from exc
+            raise DeliveryError(redact(f"MLflow {what}: {exc.error_code}: {exc.message}"), status=status) from None
 
     def experiment_id(self, name: str) -> str:
         found = self._do("get_experiment_by_name", self._client.get_experiment_by_name, name)
@@ -200,7 +202,8 @@ class MLflowSink(ResilientSink):
     Args:
         tracking_uri: a tracking server (``http(s)://``) or any store MLflow's
             client takes (``sqlite:``, ``file:``, ``databricks``); ``None``
-            (default): ``mlflow.get_tracking_uri()``.
+            (default): ``mlflow.get_tracking_uri()``. Its user-info and query values
+            are [never printed](guarantees.md#secrets-never-printed-test_secretspy).
         experiment: the experiment of a run the sink creates, created if
             missing; ``None`` (default): MLflow's from the environment, else Default.
         run_id: an existing run to log to, never ended by the sink; ``None``
@@ -219,7 +222,8 @@ class MLflowSink(ResilientSink):
         ranks: ``"main"`` (default): only rank 0 logs; ``"all"``: every rank.
 
     Raises:
-        ConfigError: a bad option, or ``run_id`` together with options of a new run.
+        ConfigError: a bad option (a ``tracking_uri`` no store takes...), or ``run_id``
+            together with options of a new run.
 
     Examples:
         >>> import asyncio, tempfile
@@ -280,6 +284,9 @@ class MLflowSink(ResilientSink):
             )
         current = mlflow.get_tracking_uri()
         self.tracking_uri = tracking_uri or current
+        _check_tracking_uri(self.tracking_uri, given=tracking_uri is not None)
+        keep_secret(self.tracking_uri)
+        redact_logs("urllib3", "requests", "mlflow", "monitor_async")
         if run_id is None and self.tracking_uri == current:
             active = mlflow.active_run()
             run_id = active.info.run_id if active is not None else None
@@ -382,7 +389,44 @@ class MLflowSink(ResilientSink):
             try:
                 self._store.end_run(self._run_id, _now_ms())
             except Exception as exc:  # noqa: BLE001 - the server may be away: the run stays RUNNING
-                log.warning("sink %r: could not mark MLflow run %s finished: %s", self.label, self._run_id, exc)
+                log.warning("sink %r: could not mark MLflow run %s finished: %s", self.label, self._run_id, text_of(exc))
+
+
+def _stores() -> frozenset[str]:
+    """The URI schemes MLflow's client has a tracking store for, plugins included."""
+    try:
+        from mlflow.tracking._tracking_service.utils import _tracking_store_registry
+
+        return frozenset(str(scheme) for scheme in _tracking_store_registry._registry)
+    except (ImportError, AttributeError):  # MLflow moved it: the stores it has long had
+        return frozenset(("", "file", "http", "https", "databricks", "databricks-uc", "uc",
+                          "sqlite", "postgresql", "mysql", "mssql"))
+
+
+def _check_tracking_uri(uri: str, given: bool) -> None:
+    """An ``http(s)`` URL with a host and a valid port, or a store MLflow's client takes; else ConfigError."""
+    option = "tracking_uri" if given else "tracking_uri (from mlflow.get_tracking_uri())"
+    scheme = urlparse(uri).scheme.lower()
+    stores = sorted(s for s in _stores() - {"", "http", "https"})
+    also = f", or a store MLflow's client takes (a path, or {', '.join(s + ':' for s in stores)})"
+    if scheme in ("http", "https"):
+        check_http_url("MLflowSink", option, uri, also=also)
+        return
+    base = scheme.partition("+")[0]  # mysql+pymysql: an engine and its driver
+    if (base in _stores() or len(scheme) == 1) and (base not in _DATABASES or _valid_port(uri)):  # c: a drive
+        return
+    raise refuse("MLflowSink", option, HTTP_URL + also, redact_url(uri))
+
+
+_DATABASES = frozenset(("postgresql", "mysql", "mssql"))
+
+
+def _valid_port(uri: str) -> bool:
+    try:
+        port = urlparse(uri).port  # raises when out of 0..65535
+    except ValueError:
+        return False
+    return port != 0
 
 
 def _now_ms() -> int:

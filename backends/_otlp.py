@@ -9,15 +9,24 @@ import os
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
+from urllib.parse import unquote
 
 from monitor_async._core import ConfigError, DeliveryError, Ranks, Record, check_ranks
+from monitor_async._core.secrets import (
+    check_headers,
+    check_http_url,
+    keep_secret,
+    redact,
+    redact_logs,
+    redact_url,
+)
 from monitor_async._version import __version__
 
 from ._delivery import (
     DEFAULT_SPOOL_BYTES,
     Backoff,
     ResilientSink,
-    classify,
+    failed,
     not_the_answer,
     parse_retry_after,
 )
@@ -77,8 +86,10 @@ class _Session(requests.Session):
     connection error.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, shown: str) -> None:
         super().__init__()
+        self.shown = shown
+        """The endpoint as messages show it (redacted)."""
         self.outcome: BaseException | None = None
         self.rejected: tuple[int, str] | None = None
 
@@ -87,16 +98,12 @@ class _Session(requests.Session):
         try:
             response = super().request(method, url, *args, **kwargs)
         except requests.RequestException as exc:
-            failure = classify(exc)
-            self.outcome = DeliveryError(
-                f"OTLP endpoint {url!s}: {failure.message}", retryable=failure.retry, sent=failure.sent
-            )
-            self.outcome.__cause__ = exc
-            raise _Attempt(str(exc)) from exc
+            self.outcome = failed(f"OTLP endpoint {self.shown}", exc)
+            raise _Attempt(str(self.outcome)) from None
         status = response.status_code
         if not 200 <= status < 300:
             self.outcome = DeliveryError(
-                f"OTLP export to {url!s}: HTTP {status} {response.reason or ''}".rstrip() + _detail(response),
+                redact(f"OTLP export to {self.shown}: HTTP {status} {response.reason or ''}".rstrip() + _detail(response)),
                 status=status,
                 retry_after=parse_retry_after(response.headers.get("Retry-After")),
             )
@@ -110,11 +117,34 @@ class _Session(requests.Session):
             except Exception:  # noqa: BLE001 - not the protobuf reply: a JSON one is fine, anything else is not
                 if "json" in kind and _is_json(response.content):
                     return response
-                self.outcome = not_the_answer(f"OTLP export to {url!s}", status, response.content)
+                self.outcome = not_the_answer(f"OTLP export to {self.shown}", status, response.content)
                 raise _Attempt(str(self.outcome)) from None
             if partial.rejected_data_points:
                 self.rejected = (int(partial.rejected_data_points), partial.error_message)
         return response
+
+
+def _endpoint_from_environment() -> str:
+    """``OTEL_EXPORTER_OTLP_METRICS_ENDPOINT``, else ``OTEL_EXPORTER_OTLP_ENDPOINT`` + ``/v1/metrics``, else the default."""
+    for variable, suffix in (("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", ""), ("OTEL_EXPORTER_OTLP_ENDPOINT", "/v1/metrics")):
+        value = os.environ.get(variable)
+        if value:
+            url = f"{value.rstrip('/')}{suffix}" if suffix else value
+            return check_http_url("OTLPSink", f"endpoint (from {variable})", url)
+    return DEFAULT_ENDPOINT
+
+
+def _hide_secrets(endpoint: str, headers: Mapping[str, str] | None) -> None:
+    """Keeps the endpoint's and the headers' secrets (the exporter's from the environment when none are given)."""
+    if headers is None:
+        headers = {}
+        for variable in ("OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_METRICS_HEADERS"):
+            for item in os.environ.get(variable, "").split(","):
+                key, _, value = item.partition("=")
+                if value.strip():
+                    headers[key.strip()] = unquote(value.strip())
+    keep_secret(endpoint, headers=headers)
+    redact_logs("urllib3", "requests", "opentelemetry", "monitor_async")
 
 
 def _is_json(body: bytes) -> bool:
@@ -147,10 +177,11 @@ class OTLPSink(ResilientSink):
     [Remote trackers: OpenTelemetry](remote-trackers.md#opentelemetry-otlpsink).
 
     Args:
-        endpoint: the full OTLP/HTTP metrics URL; ``None`` (default): from
-            ``OTEL_EXPORTER_OTLP_*``, else ``http://localhost:4318/v1/metrics``.
-        headers: extra HTTP headers (an API key...); ``None`` (default): the
-            ``OTEL_EXPORTER_OTLP_*HEADERS`` variables.
+        endpoint: the full OTLP/HTTP metrics URL (``http(s)``, with a host); ``None``
+            (default): from ``OTEL_EXPORTER_OTLP_*``, else ``http://localhost:4318/v1/metrics``.
+            Its user-info and query values are [never printed](guarantees.md#secrets-never-printed-test_secretspy).
+        headers: extra HTTP headers (an API key...), their values never printed; ``None``
+            (default): the ``OTEL_EXPORTER_OTLP_*HEADERS`` variables.
         service_name: the resource's ``service.name``; ``None`` (default):
             ``OTEL_SERVICE_NAME`` / ``OTEL_RESOURCE_ATTRIBUTES``, else ``"monitor-async"``.
         resource_attributes: more resource attributes
@@ -164,7 +195,7 @@ class OTLPSink(ResilientSink):
         ranks: ``"all"`` (default): every rank exports; ``"main"``: only rank 0.
 
     Raises:
-        ConfigError: a bad option.
+        ConfigError: a bad option (an endpoint that is not an ``http(s)`` URL with a host...).
 
     Examples:
         >>> sink = OTLPSink("http://127.0.0.1:4318/v1/metrics", service_name="trainer")
@@ -188,22 +219,18 @@ class OTLPSink(ResilientSink):
     ) -> None:
         super().__init__(spool_dir=spool_dir, spool_bytes=spool_bytes, backoff=backoff, name=name)
         self.ranks = check_ranks(ranks, "OTLPSink")
-        if endpoint is not None and (not isinstance(endpoint, str) or "://" not in endpoint):
-            raise ConfigError(f"OTLPSink: endpoint must be a URL like {DEFAULT_ENDPOINT!r}, got {endpoint!r}")
-        if headers is not None and (
-            not isinstance(headers, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items())
-        ):
-            raise ConfigError(f"OTLPSink: headers must be a mapping of strings, got {headers!r}")
+        self._headers = check_headers("OTLPSink", headers)
+        if endpoint is not None:
+            check_http_url("OTLPSink", "endpoint", endpoint)
         if service_name is not None and (not isinstance(service_name, str) or not service_name):
             raise ConfigError(f"OTLPSink: service_name must be a non-empty string, got {service_name!r}")
         if resource_attributes is not None and not isinstance(resource_attributes, Mapping):
             raise ConfigError(f"OTLPSink: resource_attributes must be a mapping, got {resource_attributes!r}")
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < math.inf:
             raise ConfigError(f"OTLPSink: timeout must be a finite number of seconds > 0, got {timeout!r}")
-        self.endpoint = endpoint or os.environ.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") or (
-            f"{os.environ['OTEL_EXPORTER_OTLP_ENDPOINT'].rstrip('/')}/v1/metrics"
-            if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") else DEFAULT_ENDPOINT
-        )
+        self.endpoint = endpoint or _endpoint_from_environment()
+        _hide_secrets(self.endpoint, self._headers)
+        self._shown = redact_url(self.endpoint)
         attributes: dict[str, Any] = dict(resource_attributes or {})
         if service_name is not None:
             attributes["service.name"] = service_name
@@ -212,7 +239,6 @@ class OTLPSink(ResilientSink):
             resource = resource.merge(Resource({"service.name": "monitor-async"}))
         self.resource = resource
         """The OpenTelemetry resource every export carries."""
-        self._headers = None if headers is None else dict(headers)
         self._timeout = float(timeout)
         self._scope = InstrumentationScope("monitor_async", __version__)
         self._exporter: OTLPMetricExporter | None = None
@@ -224,7 +250,7 @@ class OTLPSink(ResilientSink):
         return {**super().counters(), "points_rejected": float(self.points_rejected)}
 
     def open_blocking(self) -> None:
-        self._session = _Session()
+        self._session = _Session(self._shown)
         self._exporter = OTLPMetricExporter(
             endpoint=self.endpoint, headers=self._headers, timeout=self._timeout, session=self._session
         )
@@ -262,7 +288,7 @@ class OTLPSink(ResilientSink):
             _exporting.on = False
         if result is not MetricExportResult.SUCCESS:
             raise session.outcome or DeliveryError(
-                f"OTLP export to {self.endpoint}: the exporter refused the batch (too large or not encodable)",
+                f"OTLP export to {self._shown}: the exporter refused the batch (too large or not encodable)",
                 retryable=False,
             )
         if session.rejected is not None:
@@ -272,7 +298,7 @@ class OTLPSink(ResilientSink):
                 self._partial = True
                 log.warning(
                     "sink %r: the collector rejected %d data points (%s); further ones are counted in "
-                    "monitor.stats()['sink/%s/points_rejected']", self.label, count, message, self.label,
+                    "monitor.stats()['sink/%s/points_rejected']", self.label, count, redact(message), self.label,
                 )
         else:
             self._partial = False

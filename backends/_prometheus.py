@@ -18,6 +18,8 @@ from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from monitor_async._core import AlertEvent, BaseSink, Ranks, Record, check_ranks
+from monitor_async._core.checks import refuse
+from monitor_async._core.secrets import redact_url
 
 from ._alerts import episode
 from ._text import escape
@@ -75,6 +77,13 @@ def _text(value: Any) -> str:
     text = str(value)
     return escape(text) or text
 
+
+
+def _check_host(host: str) -> None:
+    """A host name or address to bind: a URL's scheme, user-info or path is refused, shown redacted."""
+    if any(c in host for c in "/@?#") or any(c.isspace() for c in host):
+        raise refuse("PrometheusSink", "host", "a host name or IP address to bind (no scheme, user-info or path)",
+                      redact_url(f"//{host}")[2:])
 
 
 def health(firing: Iterable[AlertEvent]) -> tuple[int, bytes]:
@@ -167,7 +176,7 @@ class PrometheusSink(BaseSink):
 
     Args:
         host: the address the built-in server binds to (default
-            ``"127.0.0.1"``: only this machine can scrape); a non-empty string.
+            ``"127.0.0.1"``: only this machine can scrape); a host name or IP address.
         port: the built-in server's TCP port (default 9464), 0..65535: ``0``
             picks a free one (read ``.port`` or ``.url``); ``None``: no server,
             serve [asgi_app][monitor_async.backends.PrometheusSink.asgi_app] yourself.
@@ -224,6 +233,7 @@ class PrometheusSink(BaseSink):
             raise ValueError(f"PrometheusSink {self.label!r}: port must be 0..65535 or None, got {port!r}")
         if not isinstance(host, str) or not host:
             raise ValueError(f"PrometheusSink {self.label!r}: host must be a non-empty string, got {host!r}")
+        _check_host(host)
         if not isinstance(namespace, str) or not _NAME_OK.fullmatch(namespace):
             raise ValueError(
                 f"PrometheusSink {self.label!r}: namespace must match [a-zA-Z_][a-zA-Z0-9_]*, got {namespace!r}"

@@ -11,6 +11,7 @@ from typing import Any
 
 from monitor_async._core import ConfigError, Ranks, Record, Source, check_ranks
 from monitor_async._core.names import sink_label
+from monitor_async._core.secrets import redact
 
 from ._delivery import Failure, ResilientSink, text_of
 
@@ -142,7 +143,7 @@ class RaySink(ResilientSink):
         try:
             self._actor: Any = _RemoteHost.options(**options).remote(sink_cls, args, kwargs)
         except (TypeError, ValueError) as exc:
-            raise ValueError(f"RaySink {self.label!r}: bad actor_options {dict(options)!r}: {exc}") from exc
+            raise ValueError(redact(f"RaySink {self.label!r}: bad actor_options {dict(options)!r}: {exc}")) from None
         self._owner = True
 
     @classmethod

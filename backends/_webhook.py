@@ -13,11 +13,11 @@ import threading
 import urllib.request
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
-from urllib.parse import urlparse
 
 from monitor_async._core import AlertEvent, ConfigError, Ranks, Record, check_ranks
+from monitor_async._core.secrets import check_headers, check_http_url, keep_secret, redact_logs
 
-from ._delivery import DEFAULT_SPOOL_BYTES, Backoff, ResilientSink
+from ._delivery import DEFAULT_SPOOL_BYTES, Backoff, ResilientSink, text_of
 
 __all__ = ["FORMATS", "Webhook"]
 
@@ -65,9 +65,10 @@ class Webhook(ResilientSink):
 
     Args:
         url: the webhook's ``http(s)://`` URL (Slack's incoming webhook,
-            Discord's channel webhook, or your own endpoint).
+            Discord's channel webhook, or your own endpoint); only its scheme and host
+            are ever printed ([never printed](guarantees.md#secrets-never-printed-test_secretspy)).
         format: the body of each post: ``"slack"`` (default), ``"discord"`` or ``"json"``.
-        headers: extra HTTP headers (a token...); ``None`` (default): none.
+        headers: extra HTTP headers (a token...), their values never printed; ``None`` (default): none.
         group_window: seconds the events of one rule are gathered before
             they are posted (default 1.0); must be a finite number >= 0.
         timeout: seconds one post may take (default 10.0); must be > 0.
@@ -102,15 +103,12 @@ class Webhook(ResilientSink):
         name: str | None = None,
         ranks: Ranks = "all",
     ) -> None:
-        if not isinstance(url, str) or urlparse(url).scheme not in ("http", "https") or not urlparse(url).netloc:
-            raise ConfigError(f"Webhook: url must be an http(s):// URL, got {url!r}")
+        check_http_url("Webhook", "url", url, path=True)  # Slack's and Discord's secret is the path
+        headers = check_headers("Webhook", headers)
+        keep_secret(url, headers=headers, path=True)
+        redact_logs("monitor_async")
         if format not in FORMATS:
             raise ConfigError(f"Webhook: format must be one of {', '.join(map(repr, FORMATS))}, got {format!r}")
-        if headers is not None and (
-            not isinstance(headers, Mapping)
-            or not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items())
-        ):
-            raise ConfigError(f"Webhook: headers must be a mapping of strings, got {headers!r}")
         for option, value, low in (("group_window", group_window, 0.0), ("timeout", timeout, None)):
             if (
                 isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
@@ -201,7 +199,7 @@ class Webhook(ResilientSink):
         except Exception as exc:  # noqa: BLE001 - nobody awaits this task: say it here
             log.warning(
                 "sink %r: %d events of rule %r were not posted: %s (refusals are counted in "
-                "monitor.stats()['sink/%s/rejected'])", self.label, len(events), events[0].rule, exc, self.label,
+                "monitor.stats()['sink/%s/rejected'])", self.label, len(events), events[0].rule, text_of(exc), self.label,
             )
 
     async def _drain(self) -> None:

@@ -21,8 +21,9 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 
 from monitor_async._core import ConfigError, DeliveryError
+from monitor_async._core.secrets import redact
 
-__all__ = ["Backoff", "Failure", "classify", "not_the_answer", "parse_retry_after"]
+__all__ = ["Backoff", "Failure", "classify", "failed", "not_the_answer", "parse_retry_after", "text_of"]
 
 _NOT_SENT = frozenset({"NewConnectionError", "ConnectTimeout", "ConnectTimeoutError", "NameResolutionError"})
 _MAYBE_SENT = frozenset({
@@ -166,7 +167,7 @@ def _http_failure(exc: BaseException) -> Failure | None:
     if not isinstance(status, int):
         return None
     wait = parse_retry_after(headers.get("Retry-After") if headers is not None else None)
-    message = f"HTTP {status}" + (f": {_one_line(body)}" if body.strip() else "")
+    message = f"HTTP {status}" + (f": {_one_line(redact(body))}" if body.strip() else "")
     return Failure(DeliveryError(message, status=status).retryable, False, status, wait, message)
 
 
@@ -221,17 +222,35 @@ def not_the_answer(what: str, status: int, body: bytes) -> DeliveryError:
         >>> str(not_the_answer("MLflow runs/log-batch", 200, b"<html><body>Sign in</body></html>"))
         "MLflow runs/log-batch: HTTP 200 whose body is not the server's answer (a proxy's page?): '<html><body>Sign in</body></html>'"
     """
-    text = _one_line(body[:200].decode("utf-8", "replace"), 120) if body else ""
+    text = _one_line(redact(body[:200].decode("utf-8", "replace")), 120) if body else ""
     return DeliveryError(
-        f"{what}: HTTP {status} whose body is not the server's answer (a proxy's page?): {text!r}",
+        redact(f"{what}: HTTP {status} whose body is not the server's answer (a proxy's page?): {text!r}"),
         status=status, retryable=True,
     )
 
 
+def failed(what: str, exc: BaseException) -> DeliveryError:
+    """The error for a request to ``what`` that got no reply: `classify`'s reading of ``exc``, its text redacted.
+
+    Raise it ``from None``: the HTTP libraries' errors show the URL, credentials
+    and all; what the sink decides with (``retryable``, ``sent``) is kept.
+
+    Examples:
+        >>> error = failed("OTLP endpoint http://***@collector:4318", ConnectionRefusedError(111, "Connection refused"))
+        >>> str(error), error.retryable, error.__cause__
+        ('OTLP endpoint http://***@collector:4318: no connection: [Errno 111] Connection refused', True, None)
+    """
+    failure = classify(exc)
+    return DeliveryError(
+        redact(f"{what}: {failure.message}"), status=failure.status, retry_after=failure.retry_after,
+        retryable=failure.retry, sent=failure.sent,
+    )
+
+
 def text_of(exc: BaseException) -> str:
-    """``str(exc)``, or a stand-in when even that raises: reporting an error must never fail."""
+    """``str(exc)`` with secrets redacted, or a stand-in when even that raises: reporting must never fail."""
     try:
-        return str(exc)
+        return redact(str(exc))
     except Exception:  # noqa: BLE001 - an exception whose __str__ raises
         return "(its message could not be read)"
 
@@ -251,4 +270,4 @@ def _reason(causes: list[BaseException]) -> str:
     for inner in causes:
         if isinstance(inner, TimeoutError) or "Timeout" in _names(inner):
             return "timed out"
-    return _one_line(f"{type(causes[-1]).__name__}: {causes[-1]}", 160)
+    return _one_line(f"{type(causes[-1]).__name__}: {text_of(causes[-1])}", 160)
