@@ -24,8 +24,9 @@ import pytest
 
 from monitor_async import AlertEvent, Monitor, Record
 from monitor_async.backends import Backoff, JSONLSink
-from tests.http_receiver import DROP, Receiver, Reply, Request
-from tests.reliability.faults import Ticker, wait_until
+from tests.support.checks import wait_until
+from tests.support.network import DROP, Receiver, Reply, Request
+from tests.support.targets import Ticker
 
 CANARY = "CANARY"
 USER, PASSWORD = "CANARY-USER-alice", "CANARY-PW-s3cr3t"
@@ -193,7 +194,7 @@ async def test_otlp_sink_never_shows_its_secrets(
 @pytest.fixture(scope="module")
 def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     pytest.importorskip("mlflow.server")
-    from benchmarks._mlflow_server import MlflowServer
+    from tests.support.mlflow_server import MlflowServer
 
     with MlflowServer(tmp_path_factory.mktemp("mlflow")) as running:
         yield running
