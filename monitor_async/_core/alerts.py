@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import functools
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from fnmatch import translate
 from typing import Any, Literal
 
 from .exceptions import ConfigError
 from .record import EMPTY_SOURCE, Source
 
-__all__ = ["KINDS", "KNOWN_COUNTERS", "SEVERITIES", "STATES", "Alert", "AlertEvent", "Severity", "State", "is_pattern"]
+__all__ = [
+    "KINDS", "KNOWN_COUNTERS", "SEVERITIES", "STATES", "Alert", "AlertEvent", "Severity", "State", "concerns",
+    "is_pattern", "matches",
+]
 
 Severity = Literal["warning", "critical"]
 State = Literal["firing", "resolved"]
@@ -93,9 +99,58 @@ def _check_after(rule: str, after: Any, *, allow_none: bool = False) -> float | 
     return float(after)
 
 
+@functools.cache
 def is_pattern(text: str) -> bool:
     """Whether ``text`` is an ``fnmatch`` pattern (``*``, ``?`` or ``[``) rather than one name."""
     return any(c in text for c in "*?[")
+
+
+_MATCHERS: dict[str, Callable[[str], Any]] = {}
+
+
+def matches(name: str, pattern: str) -> bool:
+    """`fnmatch.fnmatchcase`, each pattern compiled once (a crowd of watches is matched against few rules).
+
+    Examples:
+        >>> matches("collector/frames", "*/frames"), matches("fleet_2", "fleet_[0-9]"), matches("a/b", "a")
+        (True, True, False)
+    """
+    match = _MATCHERS.get(pattern)
+    if match is None:
+        rest = pattern[1:]
+        if pattern == "*":
+            match = _anything
+        elif pattern.startswith("*") and rest and not is_pattern(rest):  # "*/frames": a suffix, the common rule
+            match = functools.partial(_ends, rest)
+        else:
+            match = re.compile(translate(pattern)).match
+        _MATCHERS[pattern] = match
+    return bool(match(name))
+
+
+def _anything(name: str) -> bool:
+    return True
+
+
+def _ends(suffix: str, name: str) -> bool:
+    return name.endswith(suffix)
+
+
+def concerns(rule: Alert, watch: str) -> bool:
+    """Whether ``rule`` is about watch ``watch``: its name, or the watch part of its metric (patterns match).
+
+    Examples:
+        >>> concerns(Alert.stalled("*/frames", after=60), "collector"), concerns(Alert.quiet("learner", after=30), "rb")
+        (True, False)
+    """
+    target = rule.target
+    if rule.kind in ("quiet", "unhealthy"):
+        return matches(watch, target)
+    if rule.kind == "blocked":
+        return False
+    if is_pattern(target):
+        return matches(watch + "/x", target) or matches(watch, target.rpartition("/")[0])
+    return target.startswith(watch + "/")
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, ParamSpec, TypeVar
 
-__all__ = ["PoolExecutor", "RaisedOnThread", "WorkerPool", "join_all", "wait_future"]
+__all__ = ["PoolExecutor", "RaisedOnThread", "WorkerPool", "join_all", "on_thread", "wait_future"]
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -147,12 +147,7 @@ class WorkerPool:
                 fut, fn = job
                 del job
                 if fut.set_running_or_notify_cancel():
-                    try:
-                        fut.set_result(fn())
-                    except _FOREIGN as exc:  # the call's failure, not a signal to the awaiting loop
-                        fut.set_exception(RaisedOnThread(exc, me.name))
-                    except BaseException as exc:  # noqa: BLE001 - carried to the awaiting task
-                        fut.set_exception(exc)
+                    _settle(fut, fn, me.name)
                 with self._cond:
                     self._running.discard(me)
                     if fut in self._abandoned:
@@ -165,6 +160,33 @@ class WorkerPool:
             with self._cond:
                 self._threads.discard(me)
                 self._running.discard(me)
+
+
+def _settle(fut: Future[T], fn: Callable[[], T], thread: str) -> None:
+    """Runs ``fn()`` into ``fut``: its result, its exception, or a base exception as `RaisedOnThread`."""
+    try:
+        fut.set_result(fn())
+    except _FOREIGN as exc:  # the call's failure, not a signal to the awaiting loop
+        fut.set_exception(RaisedOnThread(exc, thread))
+    except BaseException as exc:  # noqa: BLE001 - carried to the awaiting task
+        fut.set_exception(exc)
+
+
+def on_thread(fn: Callable[[], T], name: str) -> Future[T]:
+    """Runs ``fn()`` on a daemon thread of its own; the future holds its result or exception.
+
+    For a call that may hang and must not hold a pool's thread (a ``health()``,
+    a ``notify=`` callable): nothing joins the thread. Wait for it on the loop
+    with `wait_future`, under a deadline with ``guard.within``.
+
+    Examples:
+        >>> on_thread(lambda: 6 * 7, "example").result(timeout=5)
+        42
+    """
+    fut: Future[T] = Future()
+    fut.set_running_or_notify_cancel()
+    threading.Thread(target=_settle, args=(fut, fn, name), name=name, daemon=True).start()
+    return fut
 
 
 class PoolExecutor(ThreadPoolExecutor):

@@ -14,13 +14,16 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import threading
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future
+from functools import partial
 from typing import Any
 
 from .._core.alerts import AlertEvent
+from .._core.guard import within
 from .._core.policy import describe, log
+from .._core.threads import RaisedOnThread, on_thread, wait_future
 
 __all__ = ["Notifier", "log_event"]
 
@@ -68,10 +71,16 @@ class Notifier:
         self.loop = loop
         self.busy = True
         self.hung = False
-        if self.is_async:
-            loop.create_task(self._run_async(event), name=f"monitor-async notify {self.label}")
-        else:
-            self._run_thread(event, loop)
+        thread: Future[Any] | None = None
+        if not self.is_async:
+            thread = on_thread(partial(self.fn, event), f"monitor-async notify {self.label}")
+            thread.add_done_callback(partial(self._returned, loop))
+        loop.create_task(self._run(event, thread), name=f"monitor-async notify {self.label}")
+
+    def _returned(self, loop: asyncio.AbstractEventLoop, _: Future[Any]) -> None:
+        """A sync call returned (on its thread): with the loop closed, nobody else is left to say so."""
+        if loop.is_closed():
+            self.busy = False
 
     def _idle(self) -> None:
         """The call in flight returned: the next event waiting, if any."""
@@ -84,51 +93,18 @@ class Notifier:
         self.counts["notify_errors"] += 1
         log.warning("alert notifier %s %s", self.label, what)
 
-    async def _run_async(self, event: AlertEvent) -> None:
-        task = asyncio.ensure_future(self.fn(event))
+    async def _run(self, event: AlertEvent, thread: Future[Any] | None) -> None:
+        """One call, ``thread`` (a sync one, started) or in a task (``async def``), under ``notify_timeout``."""
         try:
-            done, _ = await asyncio.wait([task], timeout=self.timeout)
-            if not done:
+            call: asyncio.Future[Any] = asyncio.ensure_future(self.fn(event)) if thread is None else wait_future(thread)
+            if not await within(call, self.timeout, cancel=thread is None):  # a thread cannot be cancelled
                 self.hung = True
                 self.counts["notify_skipped"] += len(self.backlog)
                 self.backlog.clear()
-                task.cancel()
                 self._failed(f"did not return within notify_timeout={self.timeout:g}s; it gets no new event "
                              "until it returns")
-                await asyncio.wait([task])  # a task that ignores its cancel keeps the notifier busy
-            elif not task.cancelled() and task.exception() is not None:
-                self._failed(f"raised {describe(task.exception())}")
+                await asyncio.wait([call])  # a call that ignores its cancel (or a thread) keeps the notifier busy
+            elif not call.cancelled() and (error := call.exception()) is not None:
+                self._failed(f"raised {describe(error.original if isinstance(error, RaisedOnThread) else error)}")
         finally:
             self._idle()
-
-    def _run_thread(self, event: AlertEvent, loop: asyncio.AbstractEventLoop) -> None:
-        state = {"done": False, "late": False}
-
-        def done(error: BaseException | None) -> None:
-            state["done"] = True
-            self._idle()
-            if error is not None:
-                self._failed(f"raised {describe(error)}")
-
-        def late() -> None:
-            if not state["done"]:
-                state["late"] = True
-                self.hung = True
-                self.counts["notify_skipped"] += len(self.backlog)
-                self.backlog.clear()
-                self._failed(f"did not return within notify_timeout={self.timeout:g}s; it gets no new event "
-                             "until it returns")
-
-        def work() -> None:
-            error: BaseException | None = None
-            try:
-                self.fn(event)
-            except BaseException as exc:  # noqa: BLE001 - counted and warned on the loop
-                error = exc
-            try:
-                loop.call_soon_threadsafe(done, error)
-            except RuntimeError:  # the loop is closed: nobody is left to tell
-                self.busy = False
-
-        loop.call_later(self.timeout, late)
-        threading.Thread(target=work, name=f"monitor-async notify {self.label}", daemon=True).start()

@@ -1,4 +1,4 @@
-"""How alert rules are evaluated: one tracker per rule, watch (or key) and source, on the monitor's loop.
+"""The rules engine: every rule of one monitor, its trackers, the events firing now and where events go.
 
 ``Engine`` sees every record the fan-out hands on (``Engine.observe``),
 the polls that logged nothing and the snapshots that left values out (the
@@ -6,382 +6,34 @@ poller calls it then, never on the fast path), each rank's values on a
 reduction's board (``Engine.board``), and runs a timer of its own
 (at least every ``min(after / 4, 1 s, poll interval)``), so a rule fires
 even when its target never answers. Time is the monitor's running time: it
-stands still while the monitor is stopped. ``LoopLag`` notices a blocked
-loop. What the rules are is ``monitor_async._core.alerts``'s.
+stands still while the monitor is stopped. What the rules are is
+``monitor_async._core.alerts``'s; the trackers are in ``trackers``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import functools
 import math
-import re
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from fnmatch import translate
 from functools import partial
 from typing import Any
 
-from .._core.alerts import Alert, AlertEvent
-from .._core.alerts import is_pattern as _is_pattern
-from .._core.exceptions import ConfigError
-from .._core.policy import describe, log
-from .._core.record import EMPTY_SOURCE, Record, Source
-from .._core.values import nonfinite_values
-from .notify import Notifier, log_event
+from ..._core.alerts import Alert, AlertEvent, concerns, is_pattern, matches
+from ..._core.exceptions import ConfigError
+from ..._core.policy import describe, log
+from ..._core.record import EMPTY_SOURCE, Record, Source
+from ..._core.values import nonfinite_values
+from ..notify import Notifier, log_event
+from .trackers import Nonfinite, Quiet, QuietWatches, Stalled, Threshold, Track, Unhealthy
 
-__all__ = ["Engine", "LoopLag"]
-
-_MATCHERS: dict[str, Callable[[str], Any]] = {}
-
-
-def fnmatchcase(name: str, pattern: str) -> bool:
-    """`fnmatch.fnmatchcase`, with each pattern compiled once (a crowd of watches is matched against few rules)."""
-    match = _MATCHERS.get(pattern)
-    if match is None:
-        rest = pattern[1:]
-        if pattern == "*":
-            match = _MATCHERS[pattern] = _anything
-        elif pattern.startswith("*") and not _is_pattern(rest):  # "*/frames": a suffix, the common rule
-            match = _MATCHERS[pattern] = rest.__eq__ if not rest else functools.partial(_ends, rest)
-        else:
-            match = _MATCHERS[pattern] = re.compile(translate(pattern)).match
-    return bool(match(name))
-
-
-def _anything(name: str) -> bool:
-    return True
-
-
-def _ends(suffix: str, name: str) -> bool:
-    return name.endswith(suffix)
-
-
-is_pattern = functools.cache(_is_pattern)
+__all__ = ["Engine"]
 
 _FLOOR = 0.02
 """The shortest period of the rules' timer (seconds)."""
 
-
-def _clock_text(unix: float) -> str:
-    return time.strftime("%H:%M:%S", time.localtime(unix))
-
-
-def _seconds(value: float) -> str:
-    return f"{value:.1f} s" if value < 10 else f"{value:.0f} s"
-
-
-def _value_text(value: float | None) -> str:
-    if value is None:
-        return "none"
-    return f"{value:g}"
-
-
-class Track:
-    """One rule for one watch (or key) and source: whether it fires, since when, the last value."""
-
-    __slots__ = ("engine", "event", "firing", "metric", "rule", "since", "source", "value", "watch")
-
-    def __init__(self, engine: Engine, rule: Alert, watch: str, metric: str | None, source: Mapping[str, Any]) -> None:
-        self.engine = engine
-        self.rule = rule
-        self.watch = watch
-        self.metric = metric
-        self.source = source
-        self.firing = False
-        self.since = engine.clock()
-        self.value: float | None = None
-        self.event: AlertEvent | None = None
-
-    def update(self, metrics: Mapping[str, float], now: float) -> None:
-        """A snapshot of the watch (its full keys)."""
-
-    def check(self, now: float) -> None:
-        """The timer's look: fire when the condition has held long enough."""
-
-    def fire(self, since: float, message: str) -> None:
-        if not self.firing:
-            self.firing = True
-            self.engine.emit(self, "firing", since, message)
-
-    def resolve(self, message: str) -> None:
-        if self.firing:
-            self.firing = False
-            self.engine.emit(self, "resolved", self.since, message)
-
-    @property
-    def where(self) -> str:
-        rank = self.source.get("rank") if self.source else None
-        return "" if rank is None else f" on rank {rank}"
-
-
-class Stalled(Track):
-    """``Alert.stalled``: the key has not increased for ``after`` seconds."""
-
-    __slots__ = ("after", "held", "last_increase", "unless")
-
-    def __init__(self, engine: Engine, rule: Alert, watch: str, metric: str, source: Mapping[str, Any], after: float) -> None:
-        super().__init__(engine, rule, watch, metric, source)
-        self.after = after
-        self.last_increase = self.since
-        self.held = False
-        unless = rule.unless
-        self.unless = None if unless is None else unless if unless.startswith(watch + "/") else f"{watch}/{unless}"
-
-    def update(self, metrics: Mapping[str, float], now: float) -> None:
-        value = metrics.get(self.metric)  # type: ignore[arg-type]
-        if self.unless is not None:
-            self.held = bool(metrics.get(self.unless))
-            if self.held and self.firing:
-                self.resolve(f"{self.metric}{self.where}: {self.unless} is set, the stall is expected")
-        if value is None:
-            return
-        last = self.value
-        if last is None or value != last:  # an increase, or a decrease (a reset): movement either way
-            self.value = value
-            self.last_increase = now
-            if self.firing:
-                self.resolve(f"{self.metric}{self.where} moves again (now {_value_text(value)})")
-        elif not self.firing:
-            self.check(now)
-
-    def check(self, now: float) -> None:
-        if not self.firing and not self.held and self.value is not None and now - self.last_increase >= self.after:
-            self.since = self.last_increase
-            at = self.engine.unix(self.last_increase)
-            self.fire(self.last_increase, (
-                f"{self.metric}{self.where} has not increased for {_seconds(now - self.last_increase)} "
-                f"(last value {_value_text(self.value)} at {_clock_text(at)})"
-            ))
-
-
-class Quiet(Track):
-    """``Alert.quiet`` for a pushed name or a rank: no push (or no new snapshot on the board) for ``after`` seconds.
-
-    The watches of this process are :class:`QuietWatches`'s.
-    """
-
-    __slots__ = ("after", "last")
-
-    def __init__(self, engine: Engine, rule: Alert, watch: str, source: Mapping[str, Any], after: float) -> None:
-        super().__init__(engine, rule, watch, None, source)
-        self.after = after
-        self.last = self.since
-
-    def update(self, metrics: Mapping[str, float], now: float) -> None:
-        self.last = now
-        if self.firing:
-            self.resolve(f"{self.watch}{self.where} answers again")
-
-    def check(self, now: float) -> None:
-        if not self.firing and now - self.last >= self.after:
-            self.since = self.last
-            self.fire(self.last, f"{self.watch}{self.where} has not answered for {_seconds(now - self.last)} "
-                                 f"(no successful poll or push since {_clock_text(self.engine.unix(self.last))})")
-
-
-class QuietWatches:
-    """``Alert.quiet`` for the watches of this process: one object per rule, whatever the number of watches.
-
-    The time of each watch's last logged snapshot is read from the watch at
-    each look of the timer (nothing is done per poll); a poll that logged
-    nothing is told through :meth:`saw`. Per watch it keeps only floats in a
-    few dicts (no object per watch for the garbage collector to walk); a
-    :class:`Quiet` is made for a watch while it fires.
-    """
-
-    def __init__(self, engine: Engine, rule: Alert) -> None:
-        self.engine = engine
-        self.rule = rule
-        self.members: dict[str, Any] = {}  # name: its Watch (last_log_time: monotonic, or None)
-        self.after: dict[str, float] = {}
-        self.last: dict[str, float] = {}  # running time of the last success seen
-        self.firing: dict[str, Quiet] = {}
-        self.due = math.inf  # the earliest time a watch could be quiet, as of the last full pass
-
-    def join(self, name: str, watch: Any, after: float) -> None:
-        self.members[name] = watch
-        self.after[name] = after
-        self.last[name] = now = self.engine.clock()
-        self.due = min(self.due, now + after)
-
-    def leave(self, name: str) -> None:
-        for table in (self.members, self.after, self.last):
-            table.pop(name, None)
-        track = self.firing.pop(name, None)
-        if track is not None:
-            track.resolve(f"watch {name!r} was removed")
-
-    def saw(self, name: str, now: float) -> None:
-        if name in self.last:
-            self.last[name] = now
-            track = self.firing.pop(name, None)
-            if track is not None:
-                track.update({}, now)
-                self.due = min(self.due, now + self.after[name])
-
-    def sync(self) -> None:
-        """Reads each watch's last logged snapshot (monotonic) into running time (before the clock stops)."""
-        self.check(None)
-
-    def check(self, now: float | None) -> None:
-        """The timer's look: a full pass only once the earliest watch could be quiet, else the firing ones.
-
-        A full pass reads each watch's last logged snapshot, fires those quiet
-        too long, and notes the earliest time another could be (``due``):
-        healthy watches cost one pass per ``after`` seconds, not one per look.
-        """
-        if now is not None and now < self.due:
-            if self.firing:
-                self._firing_pass()
-            return
-        offset = self.engine.offset
-        last, after, firing = self.last, self.after, self.firing
-        due = math.inf
-        for name, watch in self.members.items():
-            since = last[name]
-            at = watch.last_log_time
-            if at is not None and at - offset > since:  # a snapshot before the last stop() maps earlier: ignored
-                since = last[name] = at - offset
-                if firing and name in firing:
-                    firing.pop(name).update({}, since)
-            if name in firing:
-                continue
-            deadline = since + after[name]
-            if now is not None and now >= deadline:
-                track = firing[name] = Quiet(self.engine, self.rule, name, self.engine.source, after[name])
-                track.last = since
-                track.check(now)
-            elif deadline < due:
-                due = deadline
-        self.due = due
-
-    def _firing_pass(self) -> None:
-        offset = self.engine.offset
-        for name in list(self.firing):
-            at = self.members[name].last_log_time
-            if at is not None and at - offset > self.last[name]:
-                self.last[name] = at - offset
-                self.firing.pop(name).update({}, at - offset)
-                self.due = min(self.due, at - offset + self.after[name])
-
-
-class Threshold(Track):
-    """``Alert.above`` / ``Alert.below``: the latest value beyond the threshold for ``after`` seconds."""
-
-    __slots__ = ("after", "beyond", "threshold")
-
-    def __init__(self, engine: Engine, rule: Alert, watch: str, metric: str, source: Mapping[str, Any]) -> None:
-        super().__init__(engine, rule, watch, metric, source)
-        self.after = float(rule.after or 0.0)
-        assert rule.threshold is not None
-        self.threshold = rule.threshold
-        self.beyond: float | None = None  # since when the value is beyond the threshold
-
-    def update(self, metrics: Mapping[str, float], now: float) -> None:
-        value = metrics.get(self.metric)  # type: ignore[arg-type]
-        if value is None:
-            return
-        self.value = value
-        out = value > self.threshold if self.rule.kind == "above" else value < self.threshold
-        if not out:
-            self.beyond = None
-            if self.firing:
-                self.resolve(f"{self.metric}{self.where} is back at {_value_text(value)}")
-            return
-        if self.beyond is None:
-            self.beyond = now
-        self.check(now)
-
-    def check(self, now: float) -> None:
-        if not self.firing and self.beyond is not None and now - self.beyond >= self.after:
-            self.since = self.beyond
-            self.fire(self.beyond, f"{self.metric}{self.where} is {_value_text(self.value)}, {self.rule.kind} "
-                                   f"{self.threshold:g}" + (f" for {_seconds(now - self.beyond)}" if self.after else ""))
-
-
-class Nonfinite(Track):
-    """``Alert.nonfinite`` for one key: fired by a re-scan, resolved by the key's next finite value."""
-
-    __slots__ = ()
-
-    def update(self, metrics: Mapping[str, float], now: float) -> None:
-        if self.firing and self.metric in metrics:
-            self.value = metrics[self.metric]  # type: ignore[index]
-            self.resolve(f"{self.metric}{self.where} is finite again ({_value_text(self.value)})")
-
-
-class Unhealthy(Track):
-    """``Alert.unhealthy``: ``target.health()`` on a thread of its own, every poll interval, under a timeout."""
-
-    __slots__ = ("asked", "health", "interval", "next_at")
-
-    def __init__(self, engine: Engine, rule: Alert, watch: str, health: Callable[[], Any], interval: float) -> None:
-        super().__init__(engine, rule, watch, None, engine.source)
-        self.health = health
-        self.interval = interval
-        self.next_at = self.since
-        self.asked: float | None = None  # when the call in flight started
-
-    def check(self, now: float) -> None:
-        asked = self.asked
-        if asked is not None:
-            if now - asked >= self.rule.timeout:
-                self.fire(asked, f"health() of watch {self.watch!r} did not answer within {self.rule.timeout:g} s")
-            return
-        if now < self.next_at:
-            return
-        loop = self.engine.loop
-        if loop is None:
-            return
-        self.asked = now
-        health = self.health
-
-        def work() -> None:
-            try:
-                result: Any = health()
-                error: BaseException | None = None
-            except BaseException as exc:  # noqa: BLE001 - a failing health() is what the rule reports
-                result, error = None, exc
-            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody is left to tell
-                loop.call_soon_threadsafe(self.answer, result, error)
-
-        threading.Thread(target=work, name=f"monitor-async health {self.watch}", daemon=True).start()
-
-    def answer(self, report: Any, error: BaseException | None) -> None:
-        if self.engine.paused:
-            self.asked = None
-            return
-        now = self.engine.clock()
-        since = self.asked if self.asked is not None else now
-        self.asked = None
-        self.next_at = now + self.interval
-        trouble = f"health() raised {describe(error)}" if error is not None else _trouble(report)
-        if trouble is None:
-            self.resolve(f"health() of watch {self.watch!r} reports healthy again")
-        else:
-            self.fire(since, f"watch {self.watch!r} is unhealthy: {trouble}")
-
-
-def _trouble(report: Any) -> str | None:
-    """What is wrong in a ``health()`` report (a mapping or an object), or ``None``."""
-
-    def field(name: str) -> Any:
-        if isinstance(report, Mapping):
-            return report.get(name)
-        return getattr(report, name, None)
-
-    if field("process_alive") is False:
-        return f"process_alive=False (pid {field('pid')}, exitcode {field('exitcode')})"
-    exitcode = field("exitcode")
-    if exitcode not in (None, 0):
-        return f"exitcode={exitcode}"
-    error = field("control_error")
-    if error:
-        return f"control_error={error!r}"
-    return None
+_Bound = tuple[int, tuple[Track, ...]]
+"""A record name's trackers, with the size of the snapshot they were found for."""
 
 
 class Engine:
@@ -408,9 +60,11 @@ class Engine:
         self.idle: dict[str, int] = {}
         """Record names no tracker wants, with their snapshot size then: the fan-out skips those records."""
         self.ignored: set[str] = set()  # reduced watches another rank (the main one) evaluates
-        self.bound: dict[str, tuple[int, list[Track]]] = {}  # record name: (its size then, its trackers)
+        self.bound: dict[str, _Bound] = {}  # record name: (its size then, its trackers)
         self.tracks: dict[tuple[str, str, str | None, tuple[Any, ...]], Track] = {}
-        self.timed: dict[Track | QuietWatches, None] = {}  # the trackers the timer looks at, in order (QuietWatches too)
+        self.timed: dict[Track | QuietWatches, None] = {}  # looked at by every look of the timer
+        self.waiting: dict[Track, None] = {}  # trackers that fire after a time: looked at from `wake_at` on
+        self.wake_at = math.inf  # no tracker of `waiting` can fire before, as of the last pass
         self.targets: dict[str, Any] = {}
         self.nonfinite_of: dict[str, list[Track]] = {}  # a name's nonfinite trackers, resolved by its records
         self.warned: set[str] = set()
@@ -485,14 +139,7 @@ class Engine:
     @staticmethod
     def concerns(rule: Alert, watch: str) -> bool:
         """Whether ``rule`` is about watch ``watch`` (its name, or the watch part of its metric)."""
-        target = rule.target
-        if rule.kind in ("quiet", "unhealthy"):
-            return fnmatchcase(watch, target)
-        if rule.kind == "blocked":
-            return False
-        if is_pattern(target):
-            return fnmatchcase(watch + "/x", target) or fnmatchcase(watch, target.rpartition("/")[0])
-        return target.startswith(watch + "/")
+        return concerns(rule, watch)
 
     def check_watch(self, name: str, interval: float) -> None:
         """Raises ``ConfigError`` if a rule cannot hold for this new watch (before it is registered)."""
@@ -528,6 +175,7 @@ class Engine:
         for key in [k for k, t in self.tracks.items() if t.watch == name]:
             track = self.tracks.pop(key)
             self.timed.pop(track, None)
+            self.waiting.pop(track, None)
             if track.firing:
                 track.resolve(f"watch {name!r} was removed")
 
@@ -539,7 +187,7 @@ class Engine:
             after = rule.after if rule.after is not None else max(10 * interval, 30.0)
             pushed = self.tracks.pop((rule.name, name, None, tuple(sorted(self.source.items()))), None)
             if pushed is not None:  # the rule named it before it was a watch
-                self.timed.pop(pushed, None)
+                self.waiting.pop(pushed, None)
             if watch is not None:
                 self.quiet_groups[rule.name].join(name, watch, after)
         elif rule.kind == "unhealthy":
@@ -560,8 +208,17 @@ class Engine:
         return track
 
     def _timed(self, track: Track) -> None:
-        if track not in self.timed:
-            self.timed[track] = None
+        """The timer looks at ``track``: an ``Unhealthy`` at every look, the others from their ``due`` time on."""
+        if isinstance(track, Unhealthy):
+            self.timed.setdefault(track)
+        elif track not in self.waiting:
+            self.waiting[track] = None
+            self.soon(track.due())
+
+    def soon(self, at: float) -> None:
+        """A tracker could fire from ``at`` on: the timer looks at the waiting ones then."""
+        if at < self.wake_at:
+            self.wake_at = at
 
     def period(self) -> float:
         """How often the timer looks: ``min(after / 4, 1 s, the shortest poll interval)``, at least 20 ms."""
@@ -582,9 +239,10 @@ class Engine:
         entry = self.bound.get(record.name)
         if entry is None or entry[0] != len(metrics):
             entry = self._bind(record.name, metrics, record.source)
-        if entry[1]:
-            now = self.clock()
-            for track in entry[1]:
+        tracks = entry[1]
+        if tracks:
+            now = time.monotonic() - self.offset  # `clock()` while running, without the call
+            for track in tracks:
                 track.update(metrics, now)
 
     def polled(self, name: str, metrics: Mapping[str, float] | None, source: Mapping[str, Any]) -> None:
@@ -602,15 +260,13 @@ class Engine:
                 for track in entry[1]:
                     track.update(metrics, now)
 
-    def _bind(self, name: str, metrics: Mapping[str, float], source: Mapping[str, Any], bound_as: str | None = None) -> tuple[
-        int, list[Track]
-    ]:
+    def _bind(self, name: str, metrics: Mapping[str, float], source: Mapping[str, Any], bound_as: str | None = None) -> _Bound:
         """The trackers of record name ``name``, found again when its snapshot gained or lost keys."""
         tracks: list[Track] = []
         if name not in self.ignored:
             for rule in self.rules:
                 self._bind_rule(rule, name, metrics, source, tracks)
-        entry = (len(metrics), tracks)
+        entry = (len(metrics), tuple(tracks))
         if bound_as is not None or tracks:
             self.bound[bound_as or name] = entry
             self.idle.pop(name, None)
@@ -626,7 +282,7 @@ class Engine:
         if kind == "quiet":
             if name in self.watches and (source is self.source or source == self.source):
                 return  # a watch of this process: its rule's QuietWatches reads it from the watch
-            if fnmatchcase(name, rule.target) and (not rule.auto or name in self.watches):
+            if matches(name, rule.target) and (not rule.auto or name in self.watches):
                 after = rule.after if rule.after is not None else max(10 * self.watches.get(name, 0.0), 30.0)
                 track = self._get(rule, name, None, source, partial(Quiet, self, rule, name, source, after))
                 self._timed(track)
@@ -639,7 +295,7 @@ class Engine:
             return
         target = rule.target
         if is_pattern(target):
-            keys = [key for key in metrics if fnmatchcase(key, target)]
+            keys = [key for key in metrics if matches(key, target)]
         elif target.startswith(name + "/"):
             keys = [target] if target in metrics else []
             if not keys and metrics:
@@ -680,7 +336,7 @@ class Engine:
             if rule.kind != "nonfinite":
                 continue
             for key, value in found.items():
-                if not fnmatchcase(key, rule.target):
+                if not matches(key, rule.target):
                     continue
                 track = self._get(rule, name, key, source, partial(Nonfinite, self, rule, name, key, source))
                 known = self.nonfinite_of.setdefault(name, [])
@@ -720,6 +376,19 @@ class Engine:
         now = self.clock()
         for track in list(self.timed):
             track.check(now)
+        if now >= self.wake_at:
+            self._wake(now)
+
+    def _wake(self, now: float) -> None:
+        """Looks at every waiting tracker and notes when the next could fire: one pass per ``after``, not per look."""
+        self.wake_at = math.inf
+        wake_at = math.inf
+        for track in list(self.waiting):
+            track.check(now)
+            due = track.due()
+            if due < wake_at:
+                wake_at = due
+        self.soon(wake_at)
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
@@ -798,75 +467,3 @@ class Engine:
         out["notify_skipped"] = float(self.counts["notify_skipped"])
 
 
-class LoopLag:
-    """Notices a blocked event loop: a timer every 0.1 s measures how late it runs.
-
-    ``lag_max`` is the longest it was late since the monitor was built; a
-    lateness of at least ``THRESHOLD`` is an episode, warned once (or
-    reported by an ``Alert.blocked`` rule), over once the loop has run on time
-    for ``CALM`` seconds.
-    """
-
-    PERIOD = 0.1
-    THRESHOLD = 0.5
-    CALM = 5.0
-
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-        self.own_loop = False  # the monitor's own thread (SyncMonitor): another warning
-        self.lag_max = 0.0
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self.handle: asyncio.TimerHandle | None = None
-        self.expected = 0.0
-        self.last_run = 0.0
-        self.late_at: float | None = None  # the last late tick of the episode under way
-
-    def start(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.late_at = None
-        self.last_run = loop.time()
-        self._arm(self.last_run)
-
-    def _arm(self, now: float) -> None:
-        assert self.loop is not None
-        self.expected = now + self.PERIOD
-        self.handle = self.loop.call_at(self.expected, self._tick)
-
-    def _tick(self) -> None:
-        assert self.loop is not None
-        now = self.loop.time()
-        self.look(now)
-        self.last_run = now
-        self._arm(now)
-
-    def look(self, now: float) -> None:
-        lag = now - self.expected
-        if lag <= 0:
-            return
-        if lag > self.lag_max:
-            self.lag_max = lag
-        if lag >= self.THRESHOLD:
-            if self.late_at is None:
-                self._warn(now - self.last_run)
-            self.late_at = now
-        elif self.late_at is not None and now - self.late_at >= self.CALM:
-            self.late_at = None
-            self.engine.loop_calm()
-
-    def _warn(self, blocked: float) -> None:
-        if self.own_loop:
-            message = (f"the monitor's event loop (its own thread) was blocked for {blocked:.1f} s: polls could "
-                       "not run; a stats() or sink blocks it: give that watch offload='thread'")
-        else:
-            message = (f"the event loop was blocked for {blocked:.1f} s: polls could not run; offload CPU work "
-                       "with asyncio.to_thread")
-        if not self.engine.loop_blocked(blocked, message):
-            log.warning("%s", message)
-
-    def stop(self) -> None:
-        """Looks once more (a block that ends in ``stop()`` is still seen), then stops the timer."""
-        if self.loop is not None and self.handle is not None:
-            self.handle.cancel()
-            self.look(self.loop.time())
-        self.handle = None
-        self.loop = None
