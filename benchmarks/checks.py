@@ -8,6 +8,7 @@ prints ``check NAME: ok``, or the failed assertion (and the run exits 1).
 from __future__ import annotations
 
 import csv
+import fnmatch
 import io
 import json
 import tempfile
@@ -16,9 +17,9 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
-from monitor_async import Record
+from monitor_async import Alert, Record
 
-from . import bench_scale, bench_trainer
+from . import bench_alerts, bench_scale, bench_trainer
 from ._common import Bare, ClockedKeys, Row, TwelveKeys, slot_share
 from .report import fmt_goal
 
@@ -94,11 +95,23 @@ def bare_floor_polls_into_csv_rows_with_rates() -> None:
     assert float(next(row[4] for row in rows if row[3] == "t1/frames")) == 128.0
 
 
+def learner_targets_carry_two_default_counters() -> None:
+    """Scenario 14's RL-like targets carry two counters the default stalled rules watch; scenario 7's none."""
+    stalled = [rule.target for rule in Alert.defaults() if rule.kind == "stalled"]
+
+    def watched(target: bench_scale.Tiny) -> list[str]:
+        return sorted(key for key in target.stats() for rule in stalled if fnmatch.fnmatchcase(f"t0/{key}", rule))
+
+    assert watched(bench_alerts.Learner()) == ["frames", "write_count"], watched(bench_alerts.Learner())
+    assert watched(bench_scale.Tiny()) == []
+
+
 CHECKS: dict[str, Callable[[], None]] = {
     "slot_share": slot_share_counts_each_slot_once,
     "bookkeeping_floor": bookkeeping_floor_makes_the_records_floors_records,
     "floor_goal": floor_goal_survives_json,
     "plain_thread": plain_thread_appends_csvsink_rows,
     "bare_floor": bare_floor_polls_into_csv_rows_with_rates,
+    "alerts_learner": learner_targets_carry_two_default_counters,
 }
 """Every check by name, in the order ``--check`` runs them."""

@@ -269,3 +269,30 @@ def test_sync_monitor_takes_rules_and_lists_what_fires() -> None:
         assert [e.rule for e in monitor.firing()] == ["stalled c/frames"]
         monitor.alert(Alert.quiet("c", after=1.0))
         assert monitor.stats()["alerts_firing"] == 1.0
+
+
+async def test_patterns_name_the_watches_and_keys_fnmatch_names() -> None:
+    events = Events()
+    names = ["fleet_0", "fleet_1", "fleet_2", "fleet_10", "learner"]
+    targets = {name: Moving() for name in names}
+    monitor = Monitor(MemorySink(), poll_interval=INTERVAL, notify=events, alerts=[
+        Alert.stalled("fleet_[02]/fram?s", after=0.3, name="ranged"),  # not frames_per_second, the rate
+        Alert.stalled("*_10/frames", after=0.3, name="suffix"),
+        Alert.stalled("learner/frames", after=0.3, name="exact"),
+    ])
+    with pytest.raises(ConfigError, match=r"'ranged'.*'fleet_2'"):  # the rule concerns it: its after is too short
+        monitor.watch(Moving(), name="fleet_2", poll_interval=1.0)
+    monitor.watch(Moving(), name="fleet_20", poll_interval=1.0)  # no rule concerns these
+    monitor.watch(Moving(), name="fleet_1/frames", poll_interval=1.0)
+    for name, target in targets.items():
+        monitor.watch(target, name=name)
+    async with monitor:
+        await asyncio.sleep(0.2)
+        for target in targets.values():
+            target.running = False
+        await until(lambda: len(events) >= 4)
+        await asyncio.sleep(0.2)
+    assert sorted((e.rule, e.watch, e.state) for e in events) == [
+        ("exact", "learner", "firing"), ("ranged", "fleet_0", "firing"), ("ranged", "fleet_2", "firing"),
+        ("suffix", "fleet_10", "firing"),
+    ]
