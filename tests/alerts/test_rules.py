@@ -290,7 +290,7 @@ async def test_patterns_name_the_watches_and_keys_fnmatch_names() -> None:
         await asyncio.sleep(0.2)
         for target in targets.values():
             target.running = False
-        await until(lambda: len(events) >= 4)
+        await wait_until(lambda: len(events) >= 4, what="the four stalls")
         await asyncio.sleep(0.2)
     assert sorted((e.rule, e.watch, e.state) for e in events) == [
         ("exact", "learner", "firing"), ("ranged", "fleet_0", "firing"), ("ranged", "fleet_2", "firing"),
