@@ -10,7 +10,6 @@ a cycle or nesting deeper than ``MAX_DEPTH`` fails the poll with
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from itertools import islice
 from typing import Any
@@ -18,11 +17,13 @@ from typing import Any
 from .exceptions import StatsCycleError, StatsTypeError
 from .policy import describe, log
 
-__all__ = ["MAX_DEPTH", "Flattened", "KeyCache", "as_mapping", "flatten", "flatten_copy", "nonfinite_values", "read"]
+__all__ = [
+    "MAX_DEPTH", "Flattened", "KeyCache", "as_mapping", "flatten", "flatten_copy", "nonfinite_values", "read",
+    "read_plain", "read_value",
+]
 
 MAX_DEPTH = 64
 """Mappings nested deeper than this fail the poll (most likely a cycle through mappings made on each read)."""
-
 
 
 class _TooDeep(Exception):
@@ -172,7 +173,8 @@ def read(raw: object, limit: int, keys: KeyCache) -> tuple[dict[str, float], int
 def read_plain(raw: dict[Any, Any], keys: KeyCache, limit: int) -> dict[str, float] | None:
     """`read` of the common snapshot in one loop: a dict of known keys, each a finite float, int or bool.
 
-    Returns ``None``, having changed nothing, when the rest of `read` is needed.
+    The fast path: the builtin kinds of `read_value`, inline. Returns ``None``,
+    having changed nothing, when the rest of `read` is needed.
     """
     try:
         copy = raw.copy()  # private: a target mutating its dict cannot break the read
@@ -195,6 +197,39 @@ def read_plain(raw: dict[Any, Any], keys: KeyCache, limit: int) -> dict[str, flo
     if len(metrics) != len(copy):  # two keys gave one name (1 and "1"): the rest of read() keeps the first
         return None
     return metrics
+
+
+def read_value(value: object) -> float | None:
+    """What one leaf of a ``stats()`` result or a push stands for: a float (NaN and infinities kept), or ``None``.
+
+    The one reader of a value: a float, int or bool; a numpy, torch or other
+    scalar with ``item()``; anything ``float()`` takes (a ``Decimal``).
+    Text, and whatever raises on conversion, is not a number. Callers leave
+    out what is not finite (`flatten`) or report it (`nonfinite_values`).
+
+    Examples:
+        >>> read_value(True), read_value(2), read_value("2"), read_value(float("inf"))
+        (1.0, 2.0, None, inf)
+    """
+    kind = type(value)
+    if kind is float:
+        return value  # type: ignore[return-value]
+    if kind is int or kind is bool:
+        try:
+            return value + 0.0  # type: ignore[operator]
+        except OverflowError:  # an int too large for a float
+            return None
+    if isinstance(value, (str, bytes, bytearray)):
+        return None
+    try:
+        item = getattr(value, "item", None)
+        if callable(item):
+            value = item()
+            if isinstance(value, (str, bytes, bytearray)):
+                return None
+        return float(value)  # type: ignore[arg-type]
+    except Exception:  # noqa: BLE001 - a value whose conversion raises anything is not a number
+        return None
 
 
 def nonfinite_values(raw: object, prefix: str) -> dict[str, float]:
@@ -223,32 +258,10 @@ def nonfinite_values(raw: object, prefix: str) -> dict[str, float]:
             if isinstance(value, Mapping):
                 stack.append((name + "/", value, depth + 1))
                 continue
-            if isinstance(value, (str, bytes, bytearray, bool)):
-                continue
-            try:
-                item = getattr(value, "item", None)
-                number = float(item() if callable(item) else value)
-            except Exception:  # noqa: BLE001 - not a number: not this rule's business
-                continue
-            if not math.isfinite(number):
+            number = read_value(value)
+            if number is not None and number - number != 0.0:
                 found[name] = number
     return found
-
-
-def _scalar(value: object) -> float | None:
-    """The float behind a non-builtin scalar (numpy, torch, Decimal...), or None (whatever its conversion raised)."""
-    if isinstance(value, (str, bytes, bytearray)):
-        return None
-    try:
-        item = getattr(value, "item", None)
-        if callable(item):
-            value = item()
-            if isinstance(value, (str, bytes, bytearray)):
-                return None
-        out = float(value)  # type: ignore[arg-type]
-    except Exception:  # noqa: BLE001 - a value whose conversion raises anything is left out, counted
-        return None
-    return out if out - out == 0.0 else None
 
 
 def flatten(raw: Mapping[Any, Any], out: dict[str, float], limit: int, keys: KeyCache, origin: object = None) -> int:
@@ -260,59 +273,16 @@ def flatten(raw: Mapping[Any, Any], out: dict[str, float], limit: int, keys: Key
     or nesting deeper than ``MAX_DEPTH``.
     """
     try:
-        size = len(raw)
-        if keys.careful or size > limit:
+        if keys.careful or len(raw) > limit:
             return _flatten(raw, out, limit, keys, "", 0, True) + _cut(out, limit)
-        # the common case, kept lean: a flat mapping of str -> float/int/bool under the cap
-        dropped = 0
-        grown = 0  # what nested mappings added to ``out``, less the one item each stood for, plus their drops
-        names = keys.names
-        for key, value in raw.items():
-            kind = type(value)
-            if kind is float:
-                if value - value != 0.0:  # inf or nan
-                    dropped += 1
-                    continue
-            elif kind is int or kind is bool:
-                try:
-                    value = value + 0.0
-                except OverflowError:
-                    dropped += 1
-                    continue
-            elif isinstance(value, Mapping):
-                if type(key) is not str:
-                    try:
-                        key = str(key)
-                    except Exception:  # noqa: BLE001
-                        dropped += 1
-                        continue
-                before = len(out)
-                nested = _nested(value, out, limit, keys, key + "/", 0)
-                dropped += nested
-                grown += len(out) - before - 1 + nested
-                continue
-            else:
-                value = _scalar(value)
-                if value is None:
-                    dropped += 1
-                    continue
-            try:
-                out[names[key]] = value
-            except KeyError:
-                name = keys.of(key)
-                if name is None:
-                    dropped += 1
-                    continue
-                out[name] = value
-        if len(out) != size - dropped + grown:
+        try:
+            dropped = _flatten(raw, out, limit, keys, "", 0, False)
+        except _Collided:
             # a name was written twice (1 and "1", or "a/b" after {"a": {"b": ...}}): the later value
             # replaced the first; again, on the path that checks each name and keeps the first
             out.clear()
             dropped = _flatten(raw, out, limit, keys, "", 0, True)
         return dropped + _cut(out, limit)
-    except _Collided:  # in a nested mapping
-        out.clear()
-        return _flatten(raw, out, limit, keys, "", 0, True) + _cut(out, limit)
     except _TooDeep:
         raise _too_deep(raw, origin, keys) from None
 
@@ -320,10 +290,11 @@ def flatten(raw: Mapping[Any, Any], out: dict[str, float], limit: int, keys: Key
 def _flatten(
     raw: Mapping[Any, Any], out: dict[str, float], limit: int, keys: KeyCache, prefix: str, depth: int, check: bool
 ) -> int:
-    """``flatten`` for nested mappings, past the cap, and after a collision.
+    """Walks ``raw`` into ``out``: nested mappings under ``prefix``, each leaf read by `read_value`.
 
     With ``check``, a name already in ``out`` keeps its value (the later one
-    counted, warned of once); without, the caller tells from ``len(out)``.
+    counted, warned of once); without, a name written twice raises
+    ``_Collided`` (told from ``len(out)``) and `flatten` starts again checking.
     """
     dropped = 0
     start = len(out)
@@ -335,7 +306,8 @@ def _flatten(
         size = room = max(room, 0)
         items = islice(items, room)
         past = _count(islice(raw.values(), room, None), 0)
-    grown = 0  # as in flatten()
+    grown = 0  # what nested mappings added to ``out``, less the one item each stood for, plus their drops
+    names = keys.names
     for key, value in items:
         if type(key) is not str:
             try:
@@ -344,28 +316,33 @@ def _flatten(
                 dropped += 1
                 continue
         kind = type(value)
-        if kind is float:
-            if value - value != 0.0:  # inf or nan
-                dropped += 1
-                continue
-        elif kind is int or kind is bool:
+        if kind is int:  # as common as a float in a snapshot (counters): read inline, as read_plain does
             try:
                 value = value + 0.0
             except OverflowError:
                 dropped += 1
                 continue
-        elif isinstance(value, Mapping):
-            before = len(out)
-            nested = _nested(value, out, limit, keys, prefix + key + "/", depth, check)
-            dropped += nested
-            grown += len(out) - before - 1 + nested
-            continue
-        else:
-            value = _scalar(value)
-            if value is None:
-                dropped += 1
+        elif kind is not float:
+            number = None if kind is dict else read_value(value)
+            if number is None:
+                if isinstance(value, Mapping):
+                    before = len(out)
+                    nested = _nested(value, out, limit, keys, prefix + key + "/", depth, check)
+                    dropped += nested
+                    grown += len(out) - before - 1 + nested
+                else:
+                    dropped += 1
                 continue
-        name = keys.of(prefix + key)
+            value = number
+        if value - value != 0.0:  # inf or nan
+            dropped += 1
+            continue
+        if prefix:
+            key = prefix + key
+        try:
+            name: str | None = names[key]
+        except KeyError:
+            name = keys.of(key)
         if name is None or (check and name in out):  # (a str key always has a name)
             dropped += 1
             if name is not None:
@@ -373,7 +350,7 @@ def _flatten(
             continue
         out[name] = value
     if not check and len(out) != start + size - dropped + grown:
-        raise _Collided  # a name was written twice: flatten() starts again, checking each name
+        raise _Collided
     return dropped + past
 
 

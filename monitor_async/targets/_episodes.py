@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-import math
 import threading
 from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+from .._core.checks import number
+from .._core.values import read_value
 
 __all__ = ["EpisodeStats"]
 
@@ -22,7 +24,7 @@ class EpisodeStats:
             taken over (default 100, as SB3's `ep_rew_mean`).
 
     Raises:
-        ValueError: ``window`` is not a positive int.
+        ConfigError: ``window`` is not a positive int.
 
     Examples:
         >>> stats = EpisodeStats(window=2)
@@ -33,8 +35,7 @@ class EpisodeStats:
     """
 
     def __init__(self, window: int = 100) -> None:
-        if type(window) is not int or window < 1:
-            raise ValueError(f"EpisodeStats: window must be a positive int, got {window!r}")
+        number("EpisodeStats", "window", window, integer=True)
         self.window = window
         self._lock = threading.Lock()
         self._returns: deque[float] = deque(maxlen=window)
@@ -58,8 +59,8 @@ class EpisodeStats:
         Raises:
             ValueError: ``episode_return`` is not finite or ``length`` not a non-negative integer.
         """
-        value = float(episode_return)
-        if not math.isfinite(value):
+        value = read_value(episode_return)
+        if value is None or value - value != 0.0:
             raise ValueError(f"EpisodeStats.record: episode_return must be finite, got {episode_return!r}")
         n = int(length)
         if n != length or n < 0:
@@ -91,7 +92,7 @@ class EpisodeStats:
         returns, lengths = episode["r"], episode["l"]
         mask = info.get("_episode")
         if mask is None:
-            self.record(_scalar(returns), int(_scalar(lengths)))
+            self.record(_one(returns), int(_one(lengths)))
             return 1
         done = 0
         for finished, r, n in zip(mask, returns, lengths, strict=False):
@@ -128,10 +129,12 @@ class EpisodeStats:
         return out
 
 
-def _scalar(value: Any) -> float:
-    """A plain float from a number or a one-element array."""
-    item = getattr(value, "item", None)
-    return float(item() if callable(item) else value)
+def _one(value: Any) -> float:
+    """A plain float from a number or a one-element array (``ValueError`` otherwise)."""
+    number = read_value(value)
+    if number is None:
+        raise ValueError(f"EpisodeStats.record_info: expected a number in info['episode'], got {value!r}")
+    return number
 
 
 _WRAPPER: list[type] = []
