@@ -14,6 +14,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 
 from monitor_async._core import DeliveryError, Record
+from monitor_async._core.guard import within
 
 from .retry import Backoff, Failure
 from .spool import Batch, Spool
@@ -57,13 +58,14 @@ class _Ack:
             self.future.set_result(None)
 
     async def wait(self, limit: float | None) -> None:
+        """Waits for the outcome at most ``limit`` seconds; raises the refusal `fail` handed over."""
         self.waiting = True
         try:
-            await asyncio.wait_for(asyncio.shield(self.future), limit)
-        except TimeoutError:
-            return
+            done = await within(self.future, limit)
         finally:
             self.waiting = False
+        if done:
+            self.future.result()
 
 
 class Courier:
@@ -300,13 +302,10 @@ class Courier:
     # ------------------------------------------------------- waiting, ending
     async def _pause(self, seconds: float) -> None:
         """The backoff wait; `_hurry` cuts it short."""
-        loop = asyncio.get_running_loop()
-        self._wakeup = wake = loop.create_future()
-        timer = loop.call_later(seconds, self._hurry)
+        self._wakeup = wake = asyncio.get_running_loop().create_future()
         try:
-            await wake
+            await within(wake, seconds)
         finally:
-            timer.cancel()
             self._wakeup = None
 
     def _hurry(self) -> None:

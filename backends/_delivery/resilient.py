@@ -8,15 +8,13 @@ What the delivery promises: docs/remote-trackers.md.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from monitor_async._core import BaseSink, ConfigError, Record
-from monitor_async._core.threads import WorkerPool
+from monitor_async._core import ConfigError, Record, WorkerSink
 
 from .courier import Courier
 from .retry import Backoff, Failure, classify
@@ -35,7 +33,7 @@ _FIGURES = ("retries", "spooled", "replayed", "spool_bytes", "spool_dropped", "r
             "delivered", "pending", "unspooled")
 
 
-class ResilientSink(BaseSink):
+class ResilientSink(WorkerSink):
     """The base of sinks that deliver over a network: retries, a disk spool, replay, at-least-once.
 
     Each batch goes to a disk spool first and leaves it once the server
@@ -123,31 +121,23 @@ class ResilientSink(BaseSink):
         self._spool_bytes = spool_bytes
         self._spool: Spool | None = None
         self._courier: Courier | None = None
-        self._worker: WorkerPool | None = None  # one thread: blocking hooks run there, in order
 
     # ---------------------------------------------------------------- hooks
     async def run_blocking(self, fn: Callable[..., T], *args: Any) -> T:
-        """Runs ``fn(*args)`` on this sink's worker thread (one call at a time, in order); returns its result."""
-        if self._worker is None:
-            self._worker = WorkerPool(1, f"monitor-async-{self.label}")
-        return await asyncio.wrap_future(self._worker.submit(functools.partial(fn, *args)))
-
-    def retire_worker(self) -> None:
-        """Lets the worker thread end as soon as it is idle (a later blocking call starts one again)."""
-        if self._worker is not None:
-            self._worker.retire()
+        """``fn(*args)`` on this sink's worker thread: `call`, under the name the hooks below use."""
+        return await self.call(fn, *args)
 
     async def open_client(self) -> None:
         """Sets the client up when the sink opens (default: ``open_blocking`` on the worker thread)."""
-        await self.run_blocking(self.open_blocking)
+        await self.call(self.open_blocking)
 
     async def send(self, records: Sequence[Record], destination: str | None) -> None:
         """Sends one batch; returns once the server acknowledged it (default: ``send_blocking`` on the worker thread)."""
-        await self.run_blocking(self.send_blocking, records, destination)
+        await self.call(self.send_blocking, records, destination)
 
     async def close_client(self) -> None:
         """Releases the client when the sink closes (default: ``close_blocking`` on the worker thread)."""
-        await self.run_blocking(self.close_blocking)
+        await self.call(self.close_blocking)
 
     def open_blocking(self) -> None:
         """Builds the client, on the worker thread; must not need the server (it may be away)."""
@@ -244,7 +234,7 @@ class ResilientSink(BaseSink):
     async def _flush(self) -> None:
         await self._settled()
         if type(self).flush_blocking is not ResilientSink.flush_blocking:
-            await self.run_blocking(self.flush_blocking)
+            await self.call(self.flush_blocking)
 
     async def _close(self) -> None:
         try:

@@ -26,7 +26,7 @@ from .exceptions import (
 from .loggers import LoggerSink, Report
 from .record import EMPTY_SOURCE, Record, Source
 from .schedule import Every
-from .sink import BaseSink, Sink, ThreadedAlertSink, ThreadedSink
+from .sink import BaseSink, Sink, ThreadedAlertSink, ThreadedSink, WorkerSink
 from .world import (
     RANKS,
     Ranks,
@@ -70,6 +70,7 @@ __all__ = [
     "ThreadedAlertSink",
     "ThreadedSink",
     "WatchTypeError",
+    "WorkerSink",
     "World",
     "check_ranks",
     "for_rank",

@@ -3,7 +3,8 @@
 [BaseSink][monitor_async.BaseSink] opens lazily on first write, so a sink
 built in sync code works on whatever loop the monitor runs;
 [ThreadedSink][monitor_async.ThreadedSink] runs a blocking library's hooks on
-one daemon worker thread of its own, in order.
+one daemon worker thread of its own, in order (the thread is `WorkerSink`'s,
+which the network sinks build on too).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from .names import sink_label
 from .record import Record
 from .threads import WorkerPool
 
-__all__ = ["BaseSink", "Sink", "ThreadedAlertSink", "ThreadedSink"]
+__all__ = ["BaseSink", "Sink", "ThreadedAlertSink", "ThreadedSink", "WorkerSink"]
 
 T = TypeVar("T")
 S = TypeVar("S", bound="BaseSink")
@@ -126,20 +127,32 @@ class BaseSink:
         await self._flush()
 
 
-class ThreadedSink(BaseSink):
-    """A sink whose work is blocking: every hook runs on the sink's own worker thread, in order.
+class WorkerSink(BaseSink):
+    """A sink with a worker thread of its own, started at the first `call`: its blocking calls run there, in order.
 
-    Subclasses implement ``open_blocking``, ``write_blocking(records)``,
-    ``flush_blocking`` and ``close_blocking``.
+    The base of [ThreadedSink][monitor_async.ThreadedSink] and of the network
+    sinks' [ResilientSink][monitor_async.backends.ResilientSink].
     """
 
     _worker: WorkerPool | None = None
 
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
-        """Runs ``fn(*args)`` on this sink's worker thread and returns its result."""
+        """Runs ``fn(*args)`` on this sink's worker thread (one call at a time, in order) and returns its result."""
         if self._worker is None:
             self._worker = WorkerPool(1, f"monitor-async-{self.label}")
         return await asyncio.wrap_future(self._worker.submit(functools.partial(fn, *args)))
+
+    def retire_worker(self) -> list[threading.Thread]:
+        """Lets this sink's worker thread end once idle (a later call starts one); returns it when already idle, for joining."""
+        return self._worker.retire() if self._worker is not None else []
+
+
+class ThreadedSink(WorkerSink):
+    """A sink whose work is blocking: every hook runs on the sink's own worker thread, in order.
+
+    Subclasses implement ``open_blocking``, ``write_blocking(records)``,
+    ``flush_blocking`` and ``close_blocking``.
+    """
 
     async def _open(self) -> None:
         await self.call(self.open_blocking)
@@ -162,10 +175,6 @@ class ThreadedSink(BaseSink):
             await self.call(self.close_blocking)
         finally:
             self.retire_worker()
-
-    def retire_worker(self) -> list[threading.Thread]:
-        """Lets this sink's worker thread end once idle (a later call starts one); returns it when already idle, for joining."""
-        return self._worker.retire() if self._worker is not None else []
 
     def open_blocking(self) -> None:
         return None
