@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from monitor_async._core import AlertEvent, Ranks, Record, ThreadedAlertSink, check_ranks
+from monitor_async._core.checks import number
 
 from ._table import WatchTable, alert_line, eng, is_monitor, monitor_items, short, split_rates
 
@@ -100,10 +101,8 @@ class ConsoleSink(ThreadedAlertSink):
         ranks: Ranks = "main",
     ) -> None:
         self.ranks = check_ranks(ranks, "ConsoleSink")
-        if not (isinstance(min_interval, (int, float)) and min_interval >= 0):
-            raise ValueError(f"ConsoleSink: min_interval must be a number of seconds >= 0, got {min_interval!r}")
-        if not (isinstance(refresh, (int, float)) and refresh > 0):
-            raise ValueError(f"ConsoleSink: refresh must be a strictly positive number of seconds, got {refresh!r}")
+        number("ConsoleSink", "min_interval", min_interval, low=0, above=False, unit="seconds")
+        number("ConsoleSink", "refresh", refresh, unit="seconds")
         if live and importlib.util.find_spec("rich") is None:
             raise ImportError("ConsoleSink(live=True) needs rich: pip install rich (or the extra: monitor-async[console])")
         self.stream = stream

@@ -6,7 +6,6 @@ import dataclasses
 import hashlib
 import json
 import logging
-import math
 import os
 import re
 import time
@@ -15,7 +14,7 @@ from typing import Any, cast
 from urllib.parse import urlparse
 
 from monitor_async._core import AlertEvent, ConfigError, DeliveryError, Ranks, Record, check_ranks
-from monitor_async._core.checks import refuse
+from monitor_async._core.checks import number, refuse
 from monitor_async._core.secrets import HTTP_URL, check_http_url, keep_secret, redact, redact_logs, redact_url
 
 from ._delivery import (
@@ -275,8 +274,7 @@ class MLflowSink(ResilientSink):
                 raise ConfigError(f"MLflowSink: {option} must be a non-empty string or None, got {value!r}")
         if tags is not None and not isinstance(tags, Mapping):
             raise ConfigError(f"MLflowSink: tags must be a mapping, got {type(tags).__name__}")
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < math.inf:
-            raise ConfigError(f"MLflowSink: timeout must be a finite number of seconds > 0, got {timeout!r}")
+        number("MLflowSink", "timeout", timeout, unit="seconds")
         if run_id is not None and (experiment or run_name or tags):
             raise ConfigError(
                 "MLflowSink: run_id names an existing run; experiment, run_name and tags only apply "

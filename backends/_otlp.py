@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import threading
 from collections.abc import Mapping, Sequence
@@ -12,6 +11,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from monitor_async._core import ConfigError, DeliveryError, Ranks, Record, check_ranks
+from monitor_async._core.checks import number
 from monitor_async._core.secrets import (
     check_headers,
     check_http_url,
@@ -226,8 +226,7 @@ class OTLPSink(ResilientSink):
             raise ConfigError(f"OTLPSink: service_name must be a non-empty string, got {service_name!r}")
         if resource_attributes is not None and not isinstance(resource_attributes, Mapping):
             raise ConfigError(f"OTLPSink: resource_attributes must be a mapping, got {resource_attributes!r}")
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < math.inf:
-            raise ConfigError(f"OTLPSink: timeout must be a finite number of seconds > 0, got {timeout!r}")
+        number("OTLPSink", "timeout", timeout, unit="seconds")
         self.endpoint = endpoint or _endpoint_from_environment()
         _hide_secrets(self.endpoint, self._headers)
         self._shown = redact_url(self.endpoint)

@@ -18,7 +18,7 @@ from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from monitor_async._core import AlertEvent, BaseSink, Ranks, Record, check_ranks
-from monitor_async._core.checks import refuse
+from monitor_async._core.checks import number, refuse
 from monitor_async._core.secrets import redact_url
 
 from ._alerts import episode
@@ -229,8 +229,8 @@ class PrometheusSink(BaseSink):
     ) -> None:
         self.name = name
         self.ranks = check_ranks(ranks, "PrometheusSink")
-        if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535):
-            raise ValueError(f"PrometheusSink {self.label!r}: port must be 0..65535 or None, got {port!r}")
+        owner = f"PrometheusSink {self.label!r}"
+        number(owner, "port", port, integer=True, low=0, above=False, high=65535, none=True)
         if not isinstance(host, str) or not host:
             raise ValueError(f"PrometheusSink {self.label!r}: host must be a non-empty string, got {host!r}")
         _check_host(host)
@@ -238,8 +238,7 @@ class PrometheusSink(BaseSink):
             raise ValueError(
                 f"PrometheusSink {self.label!r}: namespace must match [a-zA-Z_][a-zA-Z0-9_]*, got {namespace!r}"
             )
-        if isinstance(max_series, bool) or not isinstance(max_series, int) or max_series < 1:
-            raise ValueError(f"PrometheusSink {self.label!r}: max_series must be a positive integer, got {max_series!r}")
+        number(owner, "max_series", max_series, integer=True)
         self._host = host
         self._port = port
         self.max_series = max_series

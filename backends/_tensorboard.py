@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from monitor_async._core import PartialWriteError, Ranks, Record, ThreadedSink, check_ranks, keep_apart
+from monitor_async._core.checks import number
 
 from ._text import escape
 
@@ -67,8 +68,7 @@ class TensorBoardSink(ThreadedSink):
     ) -> None:
         if not isinstance(log_dir, (str, os.PathLike)):
             raise TypeError(f"TensorBoardSink: log_dir must be a str or os.PathLike, got {type(log_dir).__name__}")
-        if not (isinstance(flush_secs, (int, float)) and flush_secs > 0):
-            raise ValueError(f"TensorBoardSink: flush_secs must be a strictly positive number, got {flush_secs!r}")
+        number("TensorBoardSink", "flush_secs", flush_secs, unit="seconds")
         self.ranks = check_ranks(ranks, "TensorBoardSink")
         self.log_dir = keep_apart(log_dir, self.ranks)  # ranks="all": log_dir/rank<r>, a run per rank
         self.flush_secs = float(flush_secs)

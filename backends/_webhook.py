@@ -7,14 +7,14 @@ import concurrent.futures
 import contextlib
 import json
 import logging
-import math
 import os
 import threading
 import urllib.request
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from monitor_async._core import AlertEvent, ConfigError, Ranks, Record, check_ranks
+from monitor_async._core import AlertEvent, Ranks, Record, check_ranks
+from monitor_async._core.checks import choice, number
 from monitor_async._core.secrets import check_headers, check_http_url, keep_secret, redact_logs
 
 from ._delivery import DEFAULT_SPOOL_BYTES, Backoff, ResilientSink, text_of
@@ -107,15 +107,9 @@ class Webhook(ResilientSink):
         headers = check_headers("Webhook", headers)
         keep_secret(url, headers=headers, path=True)
         redact_logs("monitor_async")
-        if format not in FORMATS:
-            raise ConfigError(f"Webhook: format must be one of {', '.join(map(repr, FORMATS))}, got {format!r}")
-        for option, value, low in (("group_window", group_window, 0.0), ("timeout", timeout, None)):
-            if (
-                isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
-                or (value < 0 if low is not None else value <= 0)
-            ):
-                bound = ">= 0" if low is not None else "> 0"
-                raise ConfigError(f"Webhook: {option} must be a finite number of seconds {bound}, got {value!r}")
+        choice("Webhook", "format", format, FORMATS)
+        number("Webhook", "group_window", group_window, low=0, above=False, unit="seconds")
+        number("Webhook", "timeout", timeout, unit="seconds")
         super().__init__(spool_dir=spool_dir, spool_bytes=spool_bytes, backoff=backoff, name=name)
         self.ranks = check_ranks(ranks, "Webhook")
         self.url = url

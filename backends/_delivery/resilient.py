@@ -10,11 +10,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TypeVar
 
 from monitor_async._core import ConfigError, Record, WorkerSink
+from monitor_async._core.checks import number
 
 from .courier import Courier
 from .retry import Backoff, Failure, classify
@@ -27,7 +27,6 @@ log = logging.getLogger("monitor_async")
 DEFAULT_SPOOL_BYTES = 64 << 20
 """64 MiB: the default bound of a sink's spool."""
 
-T = TypeVar("T")
 
 _FIGURES = ("retries", "spooled", "replayed", "spool_bytes", "spool_dropped", "rejected", "duplicates",
             "delivered", "pending", "unspooled")
@@ -105,8 +104,7 @@ class ResilientSink(WorkerSink):
         name: str | None = None,
     ) -> None:
         kind = type(self).__name__
-        if isinstance(spool_bytes, bool) or not isinstance(spool_bytes, int) or spool_bytes <= 0:
-            raise ConfigError(f"{kind}: spool_bytes must be a positive number of bytes, got {spool_bytes!r}")
+        number(kind, "spool_bytes", spool_bytes, integer=True, unit="bytes")
         if spool_dir is not None:
             if not isinstance(spool_dir, (str, os.PathLike)):
                 raise ConfigError(f"{kind}: spool_dir must be a folder path or None, got {spool_dir!r}")
@@ -123,21 +121,17 @@ class ResilientSink(WorkerSink):
         self._courier: Courier | None = None
 
     # ---------------------------------------------------------------- hooks
-    async def run_blocking(self, fn: Callable[..., T], *args: Any) -> T:
-        """``fn(*args)`` on this sink's worker thread: `call`, under the name the hooks below use."""
-        return await self.call(fn, *args)
-
     async def open_client(self) -> None:
         """Sets the client up when the sink opens (default: ``open_blocking`` on the worker thread)."""
-        await self.call(self.open_blocking)
+        await self.run_blocking(self.open_blocking)
 
     async def send(self, records: Sequence[Record], destination: str | None) -> None:
         """Sends one batch; returns once the server acknowledged it (default: ``send_blocking`` on the worker thread)."""
-        await self.call(self.send_blocking, records, destination)
+        await self.run_blocking(self.send_blocking, records, destination)
 
     async def close_client(self) -> None:
         """Releases the client when the sink closes (default: ``close_blocking`` on the worker thread)."""
-        await self.call(self.close_blocking)
+        await self.run_blocking(self.close_blocking)
 
     def open_blocking(self) -> None:
         """Builds the client, on the worker thread; must not need the server (it may be away)."""
@@ -234,7 +228,7 @@ class ResilientSink(WorkerSink):
     async def _flush(self) -> None:
         await self._settled()
         if type(self).flush_blocking is not ResilientSink.flush_blocking:
-            await self.call(self.flush_blocking)
+            await self.run_blocking(self.flush_blocking)
 
     async def _close(self) -> None:
         try:

@@ -21,6 +21,7 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 
 from monitor_async._core import ConfigError, DeliveryError
+from monitor_async._core.checks import number
 from monitor_async._core.secrets import redact
 
 __all__ = ["Backoff", "Failure", "classify", "failed", "not_the_answer", "parse_retry_after", "text_of"]
@@ -68,9 +69,7 @@ class Backoff:
 
     def __post_init__(self) -> None:
         for name in ("first", "cap", "max_retry_after"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
-                raise ConfigError(f"Backoff: {name} must be a finite number of seconds > 0, got {value!r}")
+            number("Backoff", name, getattr(self, name), unit="seconds")
         if self.cap < self.first:
             raise ConfigError(f"Backoff: cap ({self.cap!r}) must be at least first ({self.first!r})")
 

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
+from .._core.checks import number
 from .._core.record import Record
 from .runs import Follower, find_run_files
 
@@ -52,12 +53,11 @@ async def tail(
 
     Raises:
         RunNotFoundError: no run at ``path``.
-        ValueError: ``interval`` is not a positive number.
+        ConfigError: ``interval`` is not a positive number.
     """
     from ..backends import ConsoleSink
 
-    if not interval > 0:
-        raise ValueError(f"tail: interval must be a positive number of seconds, got {interval!r}")
+    number("tail", "interval", interval, unit="seconds")
     out = sys.stdout if stream is None else stream
     kind, files, title = await asyncio.to_thread(_open, path)
     if live is None:

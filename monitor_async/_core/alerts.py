@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from fnmatch import translate
 from typing import Any, Literal
 
+from .checks import choice, number
 from .exceptions import ConfigError
 from .record import EMPTY_SOURCE, Source
 
@@ -91,12 +92,8 @@ KNOWN_COUNTERS: tuple[str, ...] = ("frames", "write_count", "batches", "sample_c
 """The counters ``Alert.defaults()`` watches for stalls."""
 
 
-def _check_after(rule: str, after: Any, *, allow_none: bool = False) -> float | None:
-    if after is None and allow_none:
-        return None
-    if isinstance(after, bool) or not isinstance(after, (int, float)) or not math.isfinite(after) or after < 0:
-        raise ConfigError(f"alert rule {rule!r}: after must be a finite number of seconds >= 0, got {after!r}")
-    return float(after)
+def _check_after(owner: str, after: Any) -> float:
+    return float(number(owner, "after", after, low=0, above=False, unit="seconds"))
 
 
 @functools.cache
@@ -204,10 +201,7 @@ class Alert:
             raise ConfigError(f"alert rule {self.name!r}: unknown kind {self.kind!r}")
         if not isinstance(self.name, str) or not self.name:
             raise ConfigError(f"alert rule: name must be a non-empty string, got {self.name!r}")
-        if self.severity not in SEVERITIES:
-            raise ConfigError(
-                f"alert rule {self.name!r}: severity must be 'warning' or 'critical', got {self.severity!r}"
-            )
+        choice(f"alert rule {self.name!r}", "severity", self.severity, SEVERITIES)
         for fn in self.notify:
             if not callable(fn):
                 raise ConfigError(f"alert rule {self.name!r}: notify must hold callables, got {fn!r}")
@@ -250,7 +244,8 @@ class Alert:
         common = cls._common(f"stalled {metric}", name, severity, notify)
         if unless is not None and (not isinstance(unless, str) or not unless):
             raise ConfigError(f"alert rule {common['name']!r}: unless must be a key name, got {unless!r}")
-        return cls("stalled", target=metric, after=_check_after(common["name"], after), unless=unless, **common)
+        return cls("stalled", target=metric, after=_check_after(f"Alert.stalled({metric!r})", after), unless=unless,
+                   **common)
 
     @classmethod
     def quiet(
@@ -266,7 +261,7 @@ class Alert:
         if not isinstance(watch, str) or not watch:
             raise ConfigError(f"Alert.quiet: watch must be a watch name or pattern, got {watch!r}")
         common = cls._common(f"quiet {watch}", name, severity, notify)
-        return cls("quiet", target=watch, after=_check_after(common["name"], after), **common)
+        return cls("quiet", target=watch, after=_check_after(f"Alert.quiet({watch!r})", after), **common)
 
     @classmethod
     def nonfinite(
@@ -317,11 +312,10 @@ class Alert:
         cls, kind: str, metric: str, threshold: Any, after: Any, name: str | None, severity: str, notify: Any
     ) -> Alert:
         metric = cls._metric(kind, metric)
-        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or math.isnan(threshold):
-            raise ConfigError(f"Alert.{kind}({metric!r}): threshold must be a number, got {threshold!r}")
+        owner = f"Alert.{kind}({metric!r})"
+        number(owner, "threshold", threshold, low=None)
         common = cls._common(f"{metric} {kind} {threshold:g}", name, severity, notify)
-        return cls(kind, target=metric, after=_check_after(common["name"], after), threshold=float(threshold),
-                   **common)
+        return cls(kind, target=metric, after=_check_after(owner, after), threshold=float(threshold), **common)
 
     @classmethod
     def unhealthy(
@@ -345,8 +339,7 @@ class Alert:
         if not isinstance(watch, str) or not watch:
             raise ConfigError(f"Alert.unhealthy: watch must be a watch name or pattern, got {watch!r}")
         common = cls._common(f"unhealthy {watch}", name, severity, notify)
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < math.inf:
-            raise ConfigError(f"alert rule {common['name']!r}: timeout must be a positive number, got {timeout!r}")
+        number(f"Alert.unhealthy({watch!r})", "timeout", timeout, unit="seconds")
         return cls("unhealthy", target=watch, after=0.0, timeout=float(timeout), **common)
 
     @classmethod
@@ -362,7 +355,7 @@ class Alert:
             'blocked loop'
         """
         common = cls._common("blocked loop", name, severity, notify)
-        return cls("blocked", target="", after=_check_after(common["name"], after), **common)
+        return cls("blocked", target="", after=_check_after("Alert.blocked", after), **common)
 
     @classmethod
     def defaults(cls) -> list[Alert]:

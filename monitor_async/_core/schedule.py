@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from .checks import choice, number
 from .exceptions import ConfigError
 
 
@@ -37,14 +38,8 @@ class Every:
     key: str | None = None
 
     def __post_init__(self) -> None:
-        if self.kind not in ("seconds", "counter"):
-            raise ConfigError(f"Every: kind must be 'seconds' or 'counter', got {self.kind!r}")
-        if isinstance(self.interval, bool) or not isinstance(self.interval, (int, float)):
-            raise ConfigError(
-                f"Every: interval must be a strictly positive number, got {self.interval!r}"
-            )
-        if not self.interval > 0:
-            raise ConfigError(f"Every: interval must be strictly positive, got {self.interval!r}")
+        choice("Every", "kind", self.kind, ("seconds", "counter"))
+        number("Every", "interval", self.interval)
         if self.kind == "counter":
             if not self.key:
                 raise ConfigError("Every: a counter schedule needs a counter key, e.g. Every.counter('frames', 1000)")

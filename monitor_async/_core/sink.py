@@ -128,7 +128,7 @@ class BaseSink:
 
 
 class WorkerSink(BaseSink):
-    """A sink with a worker thread of its own, started at the first `call`: its blocking calls run there, in order.
+    """A sink with a worker thread of its own, started at the first `run_blocking`: its blocking calls run there, in order.
 
     The base of [ThreadedSink][monitor_async.ThreadedSink] and of the network
     sinks' [ResilientSink][monitor_async.backends.ResilientSink].
@@ -136,7 +136,7 @@ class WorkerSink(BaseSink):
 
     _worker: WorkerPool | None = None
 
-    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+    async def run_blocking(self, fn: Callable[..., T], *args: Any) -> T:
         """Runs ``fn(*args)`` on this sink's worker thread (one call at a time, in order) and returns its result."""
         if self._worker is None:
             self._worker = WorkerPool(1, f"monitor-async-{self.label}")
@@ -153,6 +153,10 @@ class ThreadedSink(WorkerSink):
     Subclasses implement ``open_blocking``, ``write_blocking(records)``,
     ``flush_blocking`` and ``close_blocking``.
     """
+
+    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+        """Runs ``fn(*args)`` on this sink's worker thread and returns its result (`run_blocking`)."""
+        return await self.run_blocking(fn, *args)
 
     async def _open(self) -> None:
         await self.call(self.open_blocking)

@@ -22,9 +22,9 @@ import socket
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
-from .exceptions import ConfigError
+from .checks import choice, number
 from .record import EMPTY_SOURCE, Source
 
 log = logging.getLogger("monitor_async")
@@ -67,7 +67,7 @@ class World:
             ``"slurm"``, ``"mpi"``, ``"single"`` or ``"given"`` (built by hand).
 
     Raises:
-        ConfigError: ``world_size < 1`` or ``rank`` not in ``[0, world_size)``.
+        ConfigError: ``world_size < 1``, ``rank`` not in ``[0, world_size)`` or ``local_rank < 0``.
 
     Examples:
         >>> w = World(rank=1, world_size=4)
@@ -82,15 +82,9 @@ class World:
     found: str = "given"
 
     def __post_init__(self) -> None:
-        for name in ("rank", "world_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ConfigError(f"World: {name} must be an integer, got {value!r}")
-        if self.world_size < 1 or not 0 <= self.rank < self.world_size:
-            raise ConfigError(
-                f"World: rank must be in [0, world_size) and world_size >= 1, "
-                f"got rank={self.rank!r}, world_size={self.world_size!r}"
-            )
+        number("World", "world_size", self.world_size, integer=True)
+        number("World", "rank", self.rank, integer=True, low=0, above=False, high=self.world_size - 1)
+        number("World", "local_rank", self.local_rank, integer=True, low=0, above=False, none=True)
         if self.local_rank is None:
             object.__setattr__(self, "local_rank", self.rank)
 
@@ -208,9 +202,7 @@ def check_ranks(ranks: object, owner: str) -> Ranks:
         >>> check_ranks("main", "TensorBoardSink")
         'main'
     """
-    if ranks not in RANKS:
-        raise ConfigError(f"{owner}: ranks must be 'main' or 'all', got {ranks!r}")
-    return ranks  # type: ignore[return-value]
+    return cast(Ranks, choice(owner, "ranks", ranks, RANKS))
 
 
 def serves(sink: object, w: World) -> bool:

@@ -18,6 +18,8 @@ except ImportError as exc:  # pragma: no cover - depends on the install
         "monitor_async.integrations.sb3 needs stable-baselines3: pip install stable-baselines3 (or the extra: monitor-async[sb3])"
     ) from exc
 
+from .._core.checks import number
+
 __all__ = ["MonitorCallback", "MonitorWriter"]
 
 
@@ -82,6 +84,7 @@ class MonitorCallback(BaseCallback):  # type: ignore[misc, unused-ignore]
     def __init__(
         self, monitor: Any, *, name: str = "sb3", prefix: str = "", verbose: int = 0, **watch_options: Any
     ) -> None:
+        number("MonitorCallback", "verbose", verbose, integer=True, low=0, above=False)
         super().__init__(verbose)
         self.monitor = monitor
         self.writer = MonitorWriter(monitor, prefix=prefix, name=f"{name}_logger")

@@ -12,6 +12,8 @@ except ImportError as exc:  # pragma: no cover - depends on the install
         "monitor_async.targets.SystemStats needs psutil: pip install psutil (or the extra: monitor-async[system])"
     ) from exc
 
+from .._core.checks import choice, number
+
 __all__ = ["SystemStats"]
 
 _Probe = Callable[[dict[str, float]], None]
@@ -30,7 +32,8 @@ class SystemStats:
         pid: the process to report on (default: this one).
 
     Raises:
-        ValueError: ``gpu`` is not one of the above, or ``pid`` cannot be watched.
+        ConfigError: ``gpu`` is not one of the above, or ``pid`` not a positive integer.
+        ValueError: ``pid`` cannot be watched.
         ImportError: ``gpu=True`` without ``nvidia-ml-py``.
         RuntimeError: ``gpu=True`` and NVML finds no driver or no GPU.
 
@@ -52,8 +55,8 @@ class SystemStats:
     """Cumulative counters; ``watch(rate_keys=SystemStats.RATE_KEYS)`` adds ``<key>_per_second``."""
 
     def __init__(self, gpu: bool | Literal["auto"] = "auto", *, pid: int | None = None) -> None:
-        if gpu not in ("auto", True, False):
-            raise ValueError(f"SystemStats: gpu must be 'auto', True or False, got {gpu!r}")
+        choice("SystemStats", "gpu", gpu, ("auto", True, False))
+        number("SystemStats", "pid", pid, integer=True, none=True)
         try:
             self.process = psutil.Process(pid)
         except psutil.Error as exc:

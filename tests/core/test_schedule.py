@@ -12,9 +12,9 @@ from tests.support.targets import Settable
 def test_every_validation_messages() -> None:
     with pytest.raises(ValueError, match="kind"):
         Every(kind="hourly", interval=1)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="strictly positive"):
+    with pytest.raises(ValueError, match="interval must be"):
         Every.seconds(0)
-    with pytest.raises(ValueError, match="strictly positive"):
+    with pytest.raises(ValueError, match="interval must be"):
         Every.counter("frames", -5)
     with pytest.raises(ValueError, match="counter key"):
         Every(kind="counter", interval=10)
