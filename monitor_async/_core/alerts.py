@@ -92,6 +92,11 @@ KNOWN_COUNTERS: tuple[str, ...] = ("frames", "write_count", "batches", "sample_c
 """The counters ``Alert.defaults()`` watches for stalls."""
 
 
+def _owner(kind: str, rule: str) -> str:
+    """Who a factory's option errors name: the rule and the factory (``alert rule 'quiet c' (Alert.quiet)``)."""
+    return f"alert rule {rule!r} (Alert.{kind})"
+
+
 def _check_after(owner: str, after: Any) -> float:
     return float(number(owner, "after", after, low=0, above=False, unit="seconds"))
 
@@ -244,7 +249,7 @@ class Alert:
         common = cls._common(f"stalled {metric}", name, severity, notify)
         if unless is not None and (not isinstance(unless, str) or not unless):
             raise ConfigError(f"alert rule {common['name']!r}: unless must be a key name, got {unless!r}")
-        return cls("stalled", target=metric, after=_check_after(f"Alert.stalled({metric!r})", after), unless=unless,
+        return cls("stalled", target=metric, after=_check_after(_owner("stalled", common["name"]), after), unless=unless,
                    **common)
 
     @classmethod
@@ -261,7 +266,7 @@ class Alert:
         if not isinstance(watch, str) or not watch:
             raise ConfigError(f"Alert.quiet: watch must be a watch name or pattern, got {watch!r}")
         common = cls._common(f"quiet {watch}", name, severity, notify)
-        return cls("quiet", target=watch, after=_check_after(f"Alert.quiet({watch!r})", after), **common)
+        return cls("quiet", target=watch, after=_check_after(_owner("quiet", common["name"]), after), **common)
 
     @classmethod
     def nonfinite(
@@ -312,7 +317,7 @@ class Alert:
         cls, kind: str, metric: str, threshold: Any, after: Any, name: str | None, severity: str, notify: Any
     ) -> Alert:
         metric = cls._metric(kind, metric)
-        owner = f"Alert.{kind}({metric!r})"
+        owner = _owner(kind, f"{metric} {kind}" if name is None else name)
         number(owner, "threshold", threshold, low=None)
         common = cls._common(f"{metric} {kind} {threshold:g}", name, severity, notify)
         return cls(kind, target=metric, after=_check_after(owner, after), threshold=float(threshold), **common)
@@ -339,7 +344,7 @@ class Alert:
         if not isinstance(watch, str) or not watch:
             raise ConfigError(f"Alert.unhealthy: watch must be a watch name or pattern, got {watch!r}")
         common = cls._common(f"unhealthy {watch}", name, severity, notify)
-        number(f"Alert.unhealthy({watch!r})", "timeout", timeout, unit="seconds")
+        number(_owner("unhealthy", common["name"]), "timeout", timeout, unit="seconds")
         return cls("unhealthy", target=watch, after=0.0, timeout=float(timeout), **common)
 
     @classmethod
@@ -355,7 +360,7 @@ class Alert:
             'blocked loop'
         """
         common = cls._common("blocked loop", name, severity, notify)
-        return cls("blocked", target="", after=_check_after("Alert.blocked", after), **common)
+        return cls("blocked", target="", after=_check_after(_owner("blocked", common["name"]), after), **common)
 
     @classmethod
     def defaults(cls) -> list[Alert]:

@@ -50,7 +50,7 @@ def test_importing_the_distributed_module_never_imports_torch() -> None:
 
 
 def test_a_bad_world_is_refused_by_name() -> None:
-    with pytest.raises(ConfigError, match="rank must be in"):
+    with pytest.raises(ConfigError, match="World: rank must be"):
         World(rank=2, world_size=2)
     with pytest.raises(ConfigError, match="Monitor: world must be"):
         Monitor(world={"rank": 1})  # type: ignore[arg-type]
