@@ -249,8 +249,8 @@ class Alert:
         common = cls._common(f"stalled {metric}", name, severity, notify)
         if unless is not None and (not isinstance(unless, str) or not unless):
             raise ConfigError(f"alert rule {common['name']!r}: unless must be a key name, got {unless!r}")
-        return cls("stalled", target=metric, after=_check_after(_owner("stalled", common["name"]), after), unless=unless,
-                   **common)
+        after = _check_after(_owner("stalled", common["name"]), after)
+        return cls("stalled", target=metric, after=after, unless=unless, **common)
 
     @classmethod
     def quiet(

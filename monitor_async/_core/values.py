@@ -290,11 +290,9 @@ def flatten(raw: Mapping[Any, Any], out: dict[str, float], limit: int, keys: Key
 def _flatten(
     raw: Mapping[Any, Any], out: dict[str, float], limit: int, keys: KeyCache, prefix: str, depth: int, check: bool
 ) -> int:
-    """Walks ``raw`` into ``out``: nested mappings under ``prefix``, each leaf read by `read_value`.
+    """Walks ``raw`` into ``out`` (nested mappings under ``prefix``), each leaf read by `read_value`.
 
-    With ``check``, a name already in ``out`` keeps its value (the later one
-    counted, warned of once); without, a name written twice raises
-    ``_Collided`` (told from ``len(out)``) and `flatten` starts again checking.
+    With ``check`` a name already in ``out`` keeps its value; without, a name written twice raises ``_Collided``.
     """
     dropped = 0
     start = len(out)
@@ -339,10 +337,7 @@ def _flatten(
             continue
         if prefix:
             key = prefix + key
-        try:
-            name: str | None = names[key]
-        except KeyError:
-            name = keys.of(key)
+        name = names.get(key) or keys.of(key)
         if name is None or (check and name in out):  # (a str key always has a name)
             dropped += 1
             if name is not None:
