@@ -29,7 +29,7 @@ import monitor_async.targets as targets
 from monitor_async import Alert, ConfigError, Every, LoggerMonitor, Monitor, SyncMonitor
 from monitor_async.backends import Backoff
 from monitor_async.distributed import Reduce, World
-from tests.reliability.faults import Ticker
+from tests.support.targets import Ticker
 
 BAD: dict[str, Any] = {"True": True, "nan": math.nan, "inf": math.inf, "-1": -1, "0": 0, "string": "1"}
 
