@@ -14,6 +14,7 @@ from collections.abc import Awaitable
 from time import monotonic
 from typing import TYPE_CHECKING, Any
 
+from .._core.backoff import Backoff
 from .._core.policy import describe, log
 from .callers import Busy, Caller
 
@@ -28,6 +29,7 @@ FIRST_RETRY = 1.0
 """Seconds from a target's death to its first retry; also the shortest wait between retries."""
 LONGEST_WAIT = 30.0
 """The longest wait between two retries of a dead target."""
+_BACKOFF = Backoff(first=FIRST_RETRY, cap=LONGEST_WAIT)
 
 _DEAD = (EOFError, ConnectionRefusedError, ConnectionResetError, BrokenPipeError, FileNotFoundError)
 _RAY_DEAD = frozenset({"RayActorError", "ActorDiedError"})
@@ -52,8 +54,8 @@ class Resting(Caller):
         self.watch = watch
         self.inner = inner
         self.counters = counters
-        self.wait = FIRST_RETRY
-        self.retry_at = monotonic() + FIRST_RETRY
+        self.retries = 0
+        self.retry_at = monotonic() + _BACKOFF.ceiling(0)
 
     @property
     def mode(self) -> str:  # type: ignore[override]
@@ -67,8 +69,8 @@ class Resting(Caller):
         now = monotonic()
         if now < self.retry_at:
             raise Busy
-        self.wait = min(2 * self.wait, LONGEST_WAIT)
-        self.retry_at = now + self.wait
+        self.retries += 1
+        self.retry_at = now + _BACKOFF.ceiling(self.retries)
         result = self.inner.call()  # a failure goes to the poller's fail(), which keeps us resting
         if type(result) is not dict and inspect.isawaitable(result):
             return self._probe(result)
