@@ -1,9 +1,10 @@
 """Dead targets: a watched process that is gone is reported once, then polled with backoff.
 
 A poll error that says the process is gone (``is_dead``) marks the watch
-dead: one report through ``on_error``, then its caller is wrapped in
-``Resting``, which skips slots (``polls_missed``) and calls through after ``FIRST_RETRY``, then
-at doubling waits up to ``LONGEST_WAIT``; the first answer brings the watch back.
+dead: one report through ``on_error``, then its caller is swapped for a
+``Resting`` one (`Watch.swap_caller`), which skips slots (``polls_missed``)
+and calls through after ``FIRST_RETRY``, then at doubling waits up to
+``LONGEST_WAIT`` (a `Backoff`); the first answer brings the watch back.
 See [dead targets](distributed.md#dead-targets).
 """
 
@@ -88,8 +89,7 @@ class Resting(Caller):
     def revive(self) -> None:
         """The target answered: its own caller takes over again."""
         watch = self.watch
-        if watch.caller is self:
-            watch.caller = self.inner
+        if watch.swap_caller(self, self.inner):
             self.counters.targets_dead -= 1
             log.info("watch %r: its target answers again; polling it as before", watch.name)
 
@@ -100,7 +100,7 @@ def on_failure(counters: Counters, errors: ErrorPolicy, watch: Watch, exc: BaseE
         return True
     if not is_dead(exc):
         return False
-    watch.caller = Resting(watch, watch.caller, counters)
+    watch.swap_caller(watch.caller, Resting(watch, watch.caller, counters))
     counters.targets_dead += 1
     counters.targets_died += 1
     errors.report(
