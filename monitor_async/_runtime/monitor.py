@@ -135,17 +135,16 @@ class Monitor:
         self._channels = channels_for(sinks, queue_size, max_batch, self._errors, float(batch_wait))
         self._counters = Counters()
         notifiers = [] if notify is None else [notify] if callable(notify) else list(notify)
-        self._alerts = AlertFeed(
-            Engine(alerts or (), notifiers, float(notify_timeout), to_channels(self._channels), source)
-        )
-        fanout = Fanout(self._channels, self._counters, self._alerts)
-        self._pushes = Pushes(queue_size, max_values, self._errors, fanout, source, alerts=self._alerts)
-        self._poller = Poller(self._counters, fanout, self._errors, self._worker_pool, self._alerts)
-        self._lag = LoopLag(self._alerts.engine)
+        self._alerts = Engine(alerts or (), notifiers, float(notify_timeout), to_channels(self._channels), source)
+        self._feed = AlertFeed(self._alerts)  # how the parts that feed the rules hold them
+        fanout = Fanout(self._channels, self._counters, self._feed)
+        self._pushes = Pushes(queue_size, max_values, self._errors, fanout, source, alerts=self._feed)
+        self._poller = Poller(self._counters, fanout, self._errors, self._worker_pool, self._feed)
+        self._lag = LoopLag(self._alerts)
         self._registry = Registry(
             poll_interval=self.poll_interval, poll_timeout=poll_timeout, max_values=max_values, world=self.world,
-            source=source, alerts=self._alerts.engine, pool=self._worker_pool, counters=self._counters,
-            added=self._added,
+            source=source, alerts=self._alerts, pool=self._worker_pool, counters=self._counters,
+            added=self._added, removed=self._removed,
         )
         self._watches = self._registry.watches
         self._ticks: Ticks | None = None  # the running loop's timers
@@ -283,13 +282,15 @@ class Monitor:
         in ``calls_abandoned``) and its thread slot freed.
         """
         try:
-            removed = self._registry.remove(name)
+            self._registry.remove(name)
         finally:
             self._retired.extend(self._registry.released())
-        for gone in removed:
-            task = self._tasks.pop(gone, None)
-            if task is not None:
-                task.cancel()
+
+    def _removed(self, name: str) -> None:
+        """A watch was removed: its polling ends."""
+        task = self._tasks.pop(name, None)
+        if task is not None:
+            task.cancel()
 
     def watches(self) -> dict[str, str]:
         """``{watch name: how its stats() is called}`` (``inline``, ``thread``, ``remote``)."""
@@ -313,13 +314,13 @@ class Monitor:
             >>> monitor.firing()
             []
         """
-        self._alerts.add(rule)
+        self._feed.add(rule)
         if self._loop is not None:
-            self._alerts.engine.start(self._loop)
+            self._alerts.start(self._loop)
 
     def firing(self) -> list[AlertEvent]:
         """The events of the alerts firing now (one per rule, watch, key and source)."""
-        return self._alerts.engine.firing()
+        return self._alerts.firing()
 
     @property
     def own_loop(self) -> bool:
@@ -386,10 +387,10 @@ class Monitor:
         """
         self._pushes.drain()
         if self._loop is None:
-            self._alerts.engine.resume()  # in manual mode, time runs between steps
+            self._alerts.resume()  # in manual mode, time runs between steps
         logged = await self._poller.poll_each(list(self._watches.values()))
         await write_all(self._channels)  # every sink at once: a hung one holds back none of the others
-        self._alerts.engine.check_all()
+        self._alerts.check_all()
         self._raise_pending()
         return logged
 
@@ -427,7 +428,7 @@ class Monitor:
             self._spawn(watch)
         self._pushes.attach(self._loop)
         self._lag.start(self._loop)
-        self._alerts.engine.start(self._loop)
+        self._alerts.start(self._loop)
         if self._handle_signals:
             signals.enlist(self, self._loop)
         return self
@@ -467,7 +468,7 @@ class Monitor:
             if not self._finals_taken:
                 self._lag.stop()  # a loop blocked until now is still seen
                 self._count_missed()
-                self._alerts.engine.stop()  # no event after stop(); the time stopped does not count
+                self._alerts.stop()  # no event after stop(); the time stopped does not count
                 await self._cancel_polls()
                 self._pushes.attach(None)
                 self._pushes.drain()  # everything pushed before stop() is written
@@ -599,7 +600,7 @@ class Monitor:
             "calls_abandoned": float(c.calls_abandoned),
             "loop_lag_max": self._lag.lag_max,
         }
-        self._alerts.engine.report(out)
+        self._alerts.report(out)
         for channel in self._channels:
             channel.report(out)
         return out

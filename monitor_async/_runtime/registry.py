@@ -62,11 +62,13 @@ class Registry:
         pool: the worker threads of thread-offloaded ``stats()`` calls.
         counters: the monitor's counters (``calls_abandoned``).
         added: called with each watch registered (the monitor polls it, if running).
+        removed: called with the name of each watch removed (its polling ends).
     """
 
     def __init__(
         self, *, poll_interval: float, poll_timeout: float | None, max_values: int, world: World, source: Source,
         alerts: Engine, pool: Callable[[], WorkerPool], counters: Counters, added: Callable[[Watch], None],
+        removed: Callable[[str], None],
     ) -> None:
         self.poll_interval = poll_interval
         self.poll_timeout = poll_timeout
@@ -77,6 +79,7 @@ class Registry:
         self.pool = pool
         self.counters = counters
         self.added = added
+        self.removed = removed
         self.watches: dict[str, Watch] = {}
         self.linked: dict[str, list[str]] = {}  # a reduced watch's name: the watches it stands for
         self.pushed: set[str] = set()  # names given to log(): never watch names
@@ -204,28 +207,26 @@ class Registry:
         return self._add(reduction, f"{base}/all", options, None)
 
     # ---------------------------------------------------------------- removing
-    def remove(self, name: str) -> list[str]:
-        """Forgets the named watch (a reduced watch whole); returns the watch names removed.
+    def remove(self, name: str) -> None:
+        """Forgets the named watch (a reduced watch whole), each through ``removed``.
 
         Raises ``KeyError`` when there is no such watch. A ``stats()`` call still
         running on a worker thread is abandoned (``calls_abandoned``).
         """
-        removed: list[str] = []
         linked = self.linked.pop(name, [])
         for other in linked:
             if other != name:
-                removed.extend(self.remove(other))
+                self.remove(other)
         self.drop_board(name)
         if linked and name not in self.watches:  # a group: only its members and "<name>/all" are watches
-            return removed
+            return
         if name not in self.watches:
             raise KeyError(f"No watch named {name!r}")
         watch = self.watches.pop(name)
         if watch.caller.abandon():
             self.counters.calls_abandoned += 1
         self.alerts.remove_watch(name)
-        removed.append(name)
-        return removed
+        self.removed(name)
 
     def drop_board(self, name: str) -> None:
         """Lets go of the board of reduced watch ``name``, if any (its threads: see `released`)."""
