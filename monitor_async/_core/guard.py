@@ -69,25 +69,13 @@ async def within(future: asyncio.Future[Any] | None, limit: float | None, *, can
     completes, so a task swallowing its cancellation cannot hold the waiter.
     With ``cancel``, a ``future`` still pending on return is cancelled. ``None`` is done.
     """
-    if future is None or future.done():
+    if future is None:
         return True
-    waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-    def wake(_: object) -> None:
-        if not waiter.done():
-            waiter.set_result(None)
-
-    future.add_done_callback(wake)
     try:
-        async with asyncio.timeout(limit):
-            await waiter
-    except TimeoutError:
-        return False
+        return await within_all((future,), limit)
     finally:
-        future.remove_done_callback(wake)
         if cancel and not future.done():
             future.cancel()
-    return True
 
 
 async def within_all(futures: Collection[asyncio.Future[Any]], limit: float | None) -> bool:
