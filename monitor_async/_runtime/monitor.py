@@ -12,7 +12,6 @@ from types import TracebackType
 from typing import Any
 
 from .._core.alerts import Alert, AlertEvent
-from .._core.checks import choice
 from .._core.guard import within_all
 from .._core.policy import ErrorPolicy, OnError, log
 from .._core.schedule import Every
@@ -118,13 +117,13 @@ class Monitor:
         check_monitor(dict(
             on_error=on_error, poll_interval=poll_interval, stop_timeout=stop_timeout, notify_timeout=notify_timeout,
             poll_timeout=poll_timeout, batch_wait=batch_wait, queue_size=queue_size, max_batch=max_batch,
-            thread_limit=thread_limit, max_values=max_values, world=world, alerts=alerts,
+            thread_limit=thread_limit, max_values=max_values, world=world, alerts=alerts, handle_signals=handle_signals,
         ))
         self.poll_interval = float(poll_interval)
         self.poll_timeout = poll_timeout
         self.stop_timeout = float(stop_timeout)
         self.close_sinks = close_sinks
-        self._handle_signals = choice("Monitor", "handle_signals", handle_signals, (True, False))
+        self._handle_signals = handle_signals
         self._thread_limit = thread_limit
         self._pool: WorkerPool | None = None
         self._errors = ErrorPolicy(on_error)
@@ -585,21 +584,7 @@ class Monitor:
 
         The keys are listed in [the counters](errors.md#the-monitors-own-counters).
         """
-        c = self._counters
-        out = {
-            "polls": float(c.polls),
-            "polls_failed": float(c.polls_failed),
-            "polls_timed_out": float(c.polls_timed_out),
-            "polls_missed": float(c.polls_missed),
-            "records": float(c.records),
-            "values_dropped": float(c.values_dropped),
-            "watches": float(len(self._watches)),
-            "targets_dead": float(c.targets_dead),
-            "targets_died": float(c.targets_died),
-            "log_dropped": float(self._pushes.dropped),
-            "calls_abandoned": float(c.calls_abandoned),
-            "loop_lag_max": self._lag.lag_max,
-        }
+        out = self._counters.report(len(self._watches), self._pushes.dropped, self._lag.lag_max)
         self._alerts.report(out)
         for channel in self._channels:
             channel.report(out)

@@ -85,6 +85,7 @@ _COUNTS = ("queue_size", "max_batch", "thread_limit", "max_values")
 def check_monitor(options: Mapping[str, Any]) -> None:
     """Raises [ConfigError][monitor_async.ConfigError] naming the first of ``Monitor``'s ``options`` out of range."""
     choice("Monitor", "on_error", options["on_error"], ON_ERROR)
+    choice("Monitor", "handle_signals", options["handle_signals"], (True, False))
     for option in _SECONDS:
         number("Monitor", option, options[option], unit="seconds")
     number("Monitor", "poll_timeout", options["poll_timeout"], unit="seconds", none=True)
