@@ -1,8 +1,9 @@
 """A loop blocked by the caller's own code counts the polls it missed, from the very start.
 
-See [a blocked loop is counted](../../docs/guarantees.md#a-blocked-loop-is-counted-test_blocked_looppy):
-the slots a loop held by CPU work skips are counted in ``polls_missed``, whether the
-work comes before the first poll or after a few.
+Holds "A blocked loop is counted": docs/guarantees.md#a-blocked-loop-is-counted-test_blocked_looppy
+
+The slots a loop held by CPU work skips are counted in ``polls_missed``,
+whether the work comes before the first poll or after a few.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import pytest
 
 from monitor_async import Monitor
 from monitor_async.backends import MemorySink
-from tests.reliability.faults import Ticker
+from tests.support.targets import Ticker
 
 INTERVAL = 0.1
 BLOCKED = 3.0  # about 29 slots of INTERVAL
