@@ -1,8 +1,8 @@
 """The delivery policy of network sinks: which failures are worth another try, and when to try.
 
 `classify` reads an exception (a connection refused, a timeout, a
-reply with a status); `Backoff` says how long to wait before the next
-try. `ResilientSink` (``_resilient.py``)
+reply with a status); `Backoff` (from ``monitor_async._core.backoff``) says how long
+to wait before the next try. `ResilientSink` (``_resilient.py``)
 applies both.
 """
 
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import errno
 import math
-import random
 import re
 import socket
 import time
@@ -20,8 +19,8 @@ from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import Any
 
-from monitor_async._core import ConfigError, DeliveryError
-from monitor_async._core.checks import number
+from monitor_async._core import DeliveryError
+from monitor_async._core.backoff import Backoff
 from monitor_async._core.secrets import redact
 
 __all__ = ["Backoff", "Failure", "classify", "failed", "not_the_answer", "parse_retry_after", "text_of"]
@@ -34,54 +33,6 @@ _MAYBE_SENT = frozenset({
 _UNREACHABLE = frozenset({
     errno.ECONNREFUSED, errno.ENETUNREACH, errno.EHOSTUNREACH, errno.ENETDOWN, errno.EHOSTDOWN,
 })
-
-
-@dataclass(frozen=True)
-class Backoff:
-    """How long a network sink waits before trying again: exponential, with full jitter.
-
-    Retry ``n`` waits a random time between 0 and ``min(cap, first * 2**n)``
-    seconds, or the server's ``Retry-After``. See
-    [Remote trackers: the spool](remote-trackers.md#the-spool-and-what-at-least-once-means).
-
-    Args:
-        first: the longest wait before the first retry, in seconds (default 0.5; > 0).
-        cap: the longest wait between two tries, in seconds (default 30.0; >= ``first``).
-        max_retry_after: the longest ``Retry-After`` obeyed, in seconds (default 300.0; > 0).
-
-    Raises:
-        ConfigError: a value out of range.
-
-    Examples:
-        >>> import random
-        >>> backoff = Backoff(first=0.5, cap=4.0)
-        >>> print(*(backoff.ceiling(n) for n in range(5)))
-        0.5 1.0 2.0 4.0 4.0
-        >>> 0.0 <= backoff.delay(3, rng=random.Random(0)) <= 4.0
-        True
-        >>> backoff.delay(0, retry_after=2.5)
-        2.5
-    """
-
-    first: float = 0.5
-    cap: float = 30.0
-    max_retry_after: float = 300.0
-
-    def __post_init__(self) -> None:
-        for name in ("first", "cap", "max_retry_after"):
-            number("Backoff", name, getattr(self, name), unit="seconds")
-        if self.cap < self.first:
-            raise ConfigError(f"Backoff: cap ({self.cap!r}) must be at least first ({self.first!r})")
-
-    def ceiling(self, attempt: int) -> float:
-        """The longest wait before retry number ``attempt`` (0 for the first)."""
-        return float(min(self.cap, self.first * 2.0 ** min(attempt, 64)))
-
-    def delay(self, attempt: int, retry_after: float | None = None, rng: random.Random | None = None) -> float:
-        """The wait before retry number ``attempt``: ``retry_after`` when the server gave one, else jittered."""
-        if retry_after is not None and math.isfinite(retry_after):
-            return float(min(max(retry_after, 0.0), self.max_retry_after))
-        return (rng or random).uniform(0.0, self.ceiling(attempt))
 
 
 @dataclass(frozen=True)

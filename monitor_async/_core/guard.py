@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from contextvars import ContextVar
 from typing import Any
 
 from .exceptions import MonitorError
 from .threads import RaisedOnThread
 
-__all__ = ["CALLER_THREAD", "as_error", "call_guarded", "must_propagate", "within"]
+__all__ = ["CALLER_THREAD", "as_error", "call_guarded", "deadline", "must_propagate", "within", "within_all"]
 
 CALLER_THREAD: ContextVar[bool] = ContextVar("monitor_async_caller_thread", default=False)
 """True in the tasks that ``SyncMonitor(background=False)`` runs on its private loop in the caller's thread."""
@@ -69,25 +69,54 @@ async def within(future: asyncio.Future[Any] | None, limit: float | None, *, can
     completes, so a task swallowing its cancellation cannot hold the waiter.
     With ``cancel``, a ``future`` still pending on return is cancelled. ``None`` is done.
     """
-    if future is None or future.done():
+    if future is None:
+        return True
+    try:
+        return await within_all((future,), limit)
+    finally:
+        if cancel and not future.done():
+            future.cancel()
+
+
+async def within_all(futures: Collection[asyncio.Future[Any]], limit: float | None) -> bool:
+    """`within` for several futures: waits until all are done, at most ``limit`` seconds; True when all are.
+
+    None is cancelled here; the caller decides what to do with those still pending.
+    """
+    pending = [future for future in futures if not future.done()]
+    if not pending:
         return True
     waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    left = len(pending)
 
     def wake(_: object) -> None:
-        if not waiter.done():
+        nonlocal left
+        left -= 1
+        if left == 0 and not waiter.done():
             waiter.set_result(None)
 
-    future.add_done_callback(wake)
+    for future in pending:
+        future.add_done_callback(wake)
     try:
         async with asyncio.timeout(limit):
             await waiter
     except TimeoutError:
         return False
     finally:
-        future.remove_done_callback(wake)
-        if cancel and not future.done():
-            future.cancel()
+        for future in pending:
+            future.remove_done_callback(wake)
     return True
+
+
+def deadline(limit: float | None) -> asyncio.Timeout:
+    """A deadline on awaiting code in the current task, which its cancel ends (``async with deadline(5):``).
+
+    For a wait on code that may ignore its cancellation, use `within`: this
+    form holds only as long as the awaited code lets itself be cancelled.
+    ``asyncio.timeout``, not ``wait_for``: on 3.11 ``wait_for`` returns the
+    result and swallows a cancel that lands as the result arrives.
+    """
+    return asyncio.timeout(limit)
 
 
 async def call_guarded(fn: Callable[[], Awaitable[Any] | Any]) -> BaseException | None:

@@ -26,6 +26,7 @@ import time
 import weakref
 from typing import Any
 
+from .._core.backoff import Backoff
 from .._core.exceptions import ConfigError
 from .._core.policy import describe
 from .._core.threads import WorkerPool
@@ -37,6 +38,8 @@ log = logging.getLogger("monitor_async")
 
 STORE_TIMEOUT = 10.0
 """Seconds a store call of ours may take (our own connection's timeout, when the job's is longer)."""
+_BACKOFF = Backoff(first=1.0, cap=30.0)
+"""The waits between failed publishing rounds to a store: 1 s, doubling up to 30 s."""
 
 
 class Board:
@@ -169,7 +172,7 @@ class StoreBoard(Board):
 
     def _send(self) -> None:
         """The writing thread: the latest snapshot of each key, until none waits; after a failure, backoff."""
-        backoff = 0.0
+        failures = 0
         while True:
             with self._lock:
                 pending, self._pending = self._pending, {}
@@ -181,10 +184,10 @@ class StoreBoard(Board):
                     self._writer = self._client()
                 for key, blob in pending.items():
                     self._writer.set(key, blob)
-                backoff = 0.0
+                failures = 0
             except Exception as exc:  # noqa: BLE001 - a store gone or frozen: keep polling, say it once
                 self._writer = None
-                backoff = min(max(2 * backoff, 1.0), 30.0)
+                failures += 1
                 if not self._warned:
                     self._warned = True
                     log.warning(
@@ -193,8 +196,8 @@ class StoreBoard(Board):
                     )
             finally:
                 self._end_call()
-            if backoff:
-                time.sleep(backoff)  # in Python, not in the store: safe at interpreter exit
+            if failures:
+                time.sleep(_BACKOFF.ceiling(failures - 1))  # in Python, not in the store: safe at interpreter exit
 
     def read(self) -> dict[int, tuple[int, dict[str, float]]]:
         with self._lock:

@@ -26,7 +26,7 @@ from .._core.record import Record
 from .._core.sink import ThreadedSink
 from .queue import RecordQueue
 
-__all__ = ["EVENTS", "Channel", "channels_for"]
+__all__ = ["EVENTS", "Channel", "channels_for", "flush_all", "write_all"]
 
 EVENTS = 256
 """Alert events one sink's queue holds; past that the oldest is dropped and counted."""
@@ -50,6 +50,38 @@ def channels_for(
     return channels
 
 
+async def write_all(channels: Sequence[Channel]) -> None:
+    """Every channel writes what it holds now, each in a task of its own; returns when all have."""
+    waiters = [channel.request() for channel in channels]
+    try:
+        for waiter in waiters:
+            if waiter is not None:
+                await waiter
+    finally:
+        for waiter in waiters:
+            if waiter is not None and not waiter.done():
+                waiter.cancel()
+
+
+async def flush_all(channels: Sequence[Channel], stop_timeout: float) -> None:
+    """``Monitor.flush()``: every channel writes its queue, then each that did flushes its sink, within ``stop_timeout``.
+
+    A sink that does not write its queue in time is not flushed; its records stay queued, with a warning.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + stop_timeout
+    waiters = [channel.request() for channel in channels]
+    settled = [await within(waiter, max(0.0, deadline - loop.time()), cancel=True) for waiter in waiters]
+    for channel, done in zip(channels, settled, strict=True):
+        if not done:
+            log.warning(
+                "flush(): sink %r did not write its queued records within stop_timeout=%gs; "
+                "they stay queued", channel.label, stop_timeout,
+            )
+    left = max(0.0, deadline - loop.time())
+    await asyncio.gather(*(c.call("flush", left) for c, done in zip(channels, settled, strict=True) if done))
+
+
 class Channel:
     """One sink, the queue it owns, its writer task and its counters.
 
@@ -66,9 +98,9 @@ class Channel:
         self, sink: Any, label: str, queue_size: int, max_batch: int, errors: ErrorPolicy,
         batch_wait: float = 0.0,
     ) -> None:
-        self.records = RecordQueue(label, queue_size, max_batch)
-        self._items = self.records.items  # the queue's deque itself, read on every put
-        self._size = queue_size
+        self.records = RecordQueue(label, queue_size, max_batch, self.writer_due)
+        self.put: Callable[[Record], None] = self.records.offer
+        """Queues a record; never waits. A full queue drops its oldest unless a writer is due (`RecordQueue.offer`)."""
         self.label = label
         self.sink = sink
         self.batch_wait = batch_wait
@@ -94,19 +126,6 @@ class Channel:
         self._events_sent: list[asyncio.Future[None]] = []
 
     # ------------------------------------------------------------------ putting
-    def put(self, record: Record) -> None:
-        """Queues ``record``; never waits. A full queue drops its oldest record when the sink is behind.
-
-        A writer that has not had its turn yet (many polls in one pass) keeps the whole burst.
-        """
-        items = self._items
-        if len(items) >= self._size and not self.writer_due():
-            self.records.drop_oldest()
-        items.append(record)
-        queue = self.records
-        if queue.wake is not None and len(items) >= queue.wake_at:
-            queue.release()
-
     def put_event(self, event: AlertEvent) -> None:
         """Queues an alert event for ``sink.alert``; never waits. A sink without ``alert()`` takes none."""
         if self._alert is None:

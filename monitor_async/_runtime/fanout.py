@@ -1,40 +1,80 @@
-"""Where every record goes: counted once, then put in each sink's channel. Never waits."""
+"""Where every record goes: counted once, then put in each sink's channel. Never waits.
+
+The alert rules see every record through an `AlertFeed`, given to the parts
+that feed them (the fan-out, the poller, the pushes) when they are built.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
-from .._core.alerts import AlertEvent
+from .._core.alerts import Alert, AlertEvent
 from .._core.record import Record
 from .channel import Channel
 from .counters import Counters
 
-__all__ = ["Fanout"]
+if TYPE_CHECKING:
+    from .alerts import Engine
+
+__all__ = ["AlertFeed", "Fanout", "to_channels"]
+
+
+class AlertFeed:
+    """The alert engine as the parts feeding it hold it; ``on`` says whether it has a rule.
+
+    ``on`` is read for every record, so a monitor without rules pays one
+    attribute read; a rule added later (`add`) turns it on for every part at once.
+
+    Args:
+        engine: the monitor's alert engine.
+    """
+
+    __slots__ = ("engine", "on")
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.on = engine.active
+
+    def add(self, rule: Alert) -> None:
+        """Adds ``rule`` to the engine (see `Engine.add`); the parts feed it from now on."""
+        self.engine.add(rule)
+        self.on = self.engine.active
+
+
+def to_channels(channels: Sequence[Channel]) -> Callable[[AlertEvent], None]:
+    """What delivers an alert event: put in each sink's channel (sinks with an ``alert()`` method take it)."""
+
+    def deliver(event: AlertEvent) -> None:
+        for channel in channels:
+            channel.put_event(event)
+
+    return deliver
 
 
 class Fanout:
-    """The one fan-out: polls, pushes and reductions hand their records to it."""
+    """The one fan-out: polls, pushes and reductions hand their records to it.
 
-    __slots__ = ("channels", "counters", "idle", "observer")
+    Args:
+        channels: one per sink.
+        counters: the monitor's counters (``records``).
+        alerts: the alert rules, told of every record of a name they want.
+    """
 
-    def __init__(self, channels: Sequence[Channel], counters: Counters) -> None:
+    __slots__ = ("alerts", "channels", "counters", "puts")
+
+    def __init__(self, channels: Sequence[Channel], counters: Counters, alerts: AlertFeed) -> None:
         self.channels = channels
         self.counters = counters
-        self.observer: Callable[[Record], None] | None = None
-        """Sees every record after the channels (the alert rules), or ``None`` when no rule is set."""
-        self.idle: dict[str, int] = {}
-        """Record names the observer does not want, with their snapshot size then (see `Engine.idle`)."""
+        self.alerts = alerts
+        self.puts = tuple(channel.put for channel in channels)
 
     def emit(self, record: Record) -> None:
-        """Counts ``record`` and puts it in each sink's channel."""
+        """Counts ``record``, puts it in each sink's channel, then shows it to the alert rules (if any)."""
         self.counters.records += 1
-        for channel in self.channels:
-            channel.put(record)
-        observer = self.observer
-        if observer is not None and self.idle.get(record.name) != len(record.metrics):
-            observer(record)
-
-    def event(self, event: AlertEvent) -> None:
-        """Puts an alert event in each sink's channel (sinks with an ``alert()`` method take it)."""
-        for channel in self.channels:
-            channel.put_event(event)
+        for put in self.puts:
+            put(record)
+        alerts = self.alerts
+        # the names no rule wants are skipped while their snapshot keeps its size (see `Engine.idle`)
+        if alerts.on and alerts.engine.idle.get(record.name) != len(record.metrics):
+            alerts.engine.observe(record)

@@ -1,9 +1,10 @@
 """Dead targets: a watched process that is gone is reported once, then polled with backoff.
 
 A poll error that says the process is gone (``is_dead``) marks the watch
-dead: one report through ``on_error``, then its caller is wrapped in
-``Resting``, which skips slots (``polls_missed``) and calls through after ``FIRST_RETRY``, then
-at doubling waits up to ``LONGEST_WAIT``; the first answer brings the watch back.
+dead: one report through ``on_error``, then its caller is swapped for a
+``Resting`` one (`Watch.swap_caller`), which skips slots (``polls_missed``)
+and calls through after ``FIRST_RETRY``, then at doubling waits up to
+``LONGEST_WAIT`` (a `Backoff`); the first answer brings the watch back.
 See [dead targets](distributed.md#dead-targets).
 """
 
@@ -14,6 +15,7 @@ from collections.abc import Awaitable
 from time import monotonic
 from typing import TYPE_CHECKING, Any
 
+from .._core.backoff import Backoff
 from .._core.policy import describe, log
 from .callers import Busy, Caller
 
@@ -28,6 +30,7 @@ FIRST_RETRY = 1.0
 """Seconds from a target's death to its first retry; also the shortest wait between retries."""
 LONGEST_WAIT = 30.0
 """The longest wait between two retries of a dead target."""
+_BACKOFF = Backoff(first=FIRST_RETRY, cap=LONGEST_WAIT)
 
 _DEAD = (EOFError, ConnectionRefusedError, ConnectionResetError, BrokenPipeError, FileNotFoundError)
 _RAY_DEAD = frozenset({"RayActorError", "ActorDiedError"})
@@ -52,8 +55,8 @@ class Resting(Caller):
         self.watch = watch
         self.inner = inner
         self.counters = counters
-        self.wait = FIRST_RETRY
-        self.retry_at = monotonic() + FIRST_RETRY
+        self.retries = 0
+        self.retry_at = monotonic() + _BACKOFF.ceiling(0)
 
     @property
     def mode(self) -> str:  # type: ignore[override]
@@ -67,8 +70,8 @@ class Resting(Caller):
         now = monotonic()
         if now < self.retry_at:
             raise Busy
-        self.wait = min(2 * self.wait, LONGEST_WAIT)
-        self.retry_at = now + self.wait
+        self.retries += 1
+        self.retry_at = now + _BACKOFF.ceiling(self.retries)
         result = self.inner.call()  # a failure goes to the poller's fail(), which keeps us resting
         if type(result) is not dict and inspect.isawaitable(result):
             return self._probe(result)
@@ -86,8 +89,7 @@ class Resting(Caller):
     def revive(self) -> None:
         """The target answered: its own caller takes over again."""
         watch = self.watch
-        if watch.caller is self:
-            watch.caller = self.inner
+        if watch.swap_caller(self, self.inner):
             self.counters.targets_dead -= 1
             log.info("watch %r: its target answers again; polling it as before", watch.name)
 
@@ -98,7 +100,7 @@ def on_failure(counters: Counters, errors: ErrorPolicy, watch: Watch, exc: BaseE
         return True
     if not is_dead(exc):
         return False
-    watch.caller = Resting(watch, watch.caller, counters)
+    watch.swap_caller(watch.caller, Resting(watch, watch.caller, counters))
     counters.targets_dead += 1
     counters.targets_died += 1
     errors.report(

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 from anyio.from_thread import BlockingPortal
 
-from .._core.guard import CALLER_THREAD
+from .._core.guard import CALLER_THREAD, within, within_all
 from .._core.policy import log
 from .._core.threads import PoolExecutor
 
@@ -74,6 +74,16 @@ def new_loop() -> asyncio.AbstractEventLoop:
     return loop
 
 
+def loop_gone(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether ``loop`` ended (closed, or stopped in this thread) while a monitor was started on it."""
+    if loop.is_closed():
+        return True
+    try:
+        return asyncio.get_running_loop() is not loop and not loop.is_running()
+    except RuntimeError:
+        return False
+
+
 def close_loop(loop: asyncio.AbstractEventLoop, grace: float) -> None:
     """Ends a loop of ours within about ``2 * grace`` seconds: cancels what is left (leaving behind a
     task that ignores it), lets the executor's idle threads end and joins them, closes the loop."""
@@ -82,9 +92,9 @@ def close_loop(loop: asyncio.AbstractEventLoop, grace: float) -> None:
         for task in tasks:
             task.cancel()
         if tasks:
-            loop.run_until_complete(asyncio.wait(tasks, timeout=grace))
+            loop.run_until_complete(within_all(tasks, grace))
         shutdown = loop.create_task(loop.shutdown_asyncgens())
-        loop.run_until_complete(asyncio.wait({shutdown}, timeout=grace))
+        loop.run_until_complete(within(shutdown, grace))
         executor = _executors.pop(loop, None)
         if executor is not None:
             executor.shutdown(wait=True)
@@ -109,7 +119,7 @@ async def _serve(ready: Future[BlockingPortal], grace: float) -> None:
     await asyncio.wait({main, stop}, return_when=asyncio.FIRST_COMPLETED)
     # the portal's exit cancels its remaining calls and waits for them: one whose user code ignores
     # the cancel is left behind after grace
-    await asyncio.wait({main}, timeout=grace)
+    await within(main, grace)
     stop.cancel()
     if main.done() and not main.cancelled():
         main.result()
@@ -228,7 +238,7 @@ class PrivateLoop:
                 if not task.done():  # Ctrl-C while it waited: end it, so the monitor stays usable
                     task.cancel()
                     with contextlib.suppress(BaseException):
-                        loop.run_until_complete(asyncio.wait({task}, timeout=self.grace))
+                        loop.run_until_complete(within(task, self.grace))
                 elif not task.cancelled():
                     task.exception()  # retrieved: re-raised here
                 raise

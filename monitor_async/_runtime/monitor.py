@@ -1,85 +1,39 @@
-"""The monitor's lifecycle: watches, channels, manual ``step()``, background start/stop."""
+"""The monitor's lifecycle: manual ``step()``, background start/stop, pushes and its own counters.
+
+Registering watches is `Registry`'s; where records go, `Fanout`'s and the channels'.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import functools
-import math
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
 from .._core.alerts import Alert, AlertEvent
-from .._core.checks import choice
-from .._core.exceptions import ConfigError, WatchTypeError
-from .._core.guard import within
-from .._core.names import unique
-from .._core.policy import ON_ERROR, ErrorPolicy, OnError, log
-from .._core.record import Record
+from .._core.guard import within_all
+from .._core.policy import ErrorPolicy, OnError, log
 from .._core.schedule import Every
 from .._core.threads import WorkerPool
 from .._core.world import World, for_rank, source_of
 from .._core.world import world as detect_world
 from . import signals
 from .alerts import Engine, LoopLag
-from .boards import Board
-from .callers import OFFLOADS, Offload, make_caller
-from .channel import channels_for
+from .callers import Offload
+from .channel import channels_for, flush_all, write_all
 from .counters import GRACE, Counters
-from .fanout import Fanout
+from .fanout import AlertFeed, Fanout, to_channels
+from .loops import loop_gone
+from .options import WatchSpec, check_monitor
 from .poll import Poller
 from .push import Pushes
-from .reduce import LocalBoard, Reduce, ReducedWatch, Reduction, board_for, publisher
+from .reduce import Reduce
+from .registry import Registry
 from .timers import Ticks, poll_forever
 from .watch import Watch
 
 __all__ = ["Monitor"]
-
-
-def _positive(name: str, value: float | None, *, integer: bool = False, zero: bool = False) -> None:
-    """Raises ``ValueError`` naming the option unless ``value`` is a finite number > 0 (>= 0 with ``zero``).
-
-    ``None`` passes (an option left to its default), except for an option that may be ``0``.
-    """
-    if value is None:
-        ok = not zero
-    elif isinstance(value, bool) or not isinstance(value, int if integer else (int, float)):
-        ok = False
-    else:
-        ok = (value >= 0 if zero else value > 0) and (integer or not math.isinf(value))
-    if not ok:
-        kind = "a positive integer" if integer else "a finite number of seconds >= 0" if zero else (
-            "a strictly positive number of seconds"
-        )
-        raise ConfigError(f"Monitor: {name} must be {kind}, got {value!r}")
-
-
-def _gone(loop: asyncio.AbstractEventLoop) -> bool:
-    """Whether ``loop`` ended (closed, or stopped in this thread) while a monitor was started on it."""
-    if loop.is_closed():
-        return True
-    try:
-        return asyncio.get_running_loop() is not loop and not loop.is_running()
-    except RuntimeError:
-        return False
-
-
-def _default_name(target: Any) -> str:
-    """The lowercase class name; for a manager proxy or a Ray actor handle, the class behind it."""
-    name = type(target).__name__
-    if name.startswith("AutoProxy[") and name.endswith("]"):
-        name = name[len("AutoProxy[") : -1]
-    elif name == "ActorHandle":
-        descriptor = getattr(target, "_ray_actor_creation_function_descriptor", None)
-        name = (getattr(descriptor, "class_name", None) or name).rpartition(".")[2]
-    return name.lower()
-
-
-def _function_name(fn: Callable[..., Any]) -> str:
-    """The default watch name of a bare ``stats_fn``: its lowercase name (``"stats"`` for a lambda)."""
-    name = getattr(fn, "__name__", "")
-    return name.lower() if name.isidentifier() else "stats"
 
 
 class Monitor:
@@ -160,49 +114,38 @@ class Monitor:
         notify_timeout: float = 10.0,
         handle_signals: bool = True,
     ) -> None:
-        if on_error not in ON_ERROR:
-            raise ConfigError(f"Monitor: on_error must be 'warn', 'raise' or 'ignore', got {on_error!r}")
-        _positive("poll_interval", poll_interval)
-        _positive("poll_timeout", poll_timeout)
-        _positive("stop_timeout", stop_timeout)
-        _positive("queue_size", queue_size, integer=True)
-        _positive("max_batch", max_batch, integer=True)
-        _positive("thread_limit", thread_limit, integer=True)
-        _positive("max_values", max_values, integer=True)
-        _positive("batch_wait", batch_wait, zero=True)
-        _positive("notify_timeout", notify_timeout)
+        check_monitor(dict(
+            on_error=on_error, poll_interval=poll_interval, stop_timeout=stop_timeout, notify_timeout=notify_timeout,
+            poll_timeout=poll_timeout, batch_wait=batch_wait, queue_size=queue_size, max_batch=max_batch,
+            thread_limit=thread_limit, max_values=max_values, world=world, alerts=alerts, handle_signals=handle_signals,
+        ))
         self.poll_interval = float(poll_interval)
         self.poll_timeout = poll_timeout
         self.stop_timeout = float(stop_timeout)
         self.close_sinks = close_sinks
-        self._handle_signals = choice("Monitor", "handle_signals", handle_signals, (True, False))
-        self._max_values = max_values
+        self._handle_signals = handle_signals
         self._thread_limit = thread_limit
         self._pool: WorkerPool | None = None
         self._errors = ErrorPolicy(on_error)
         self._errors.on_fatal = self._halt_polling
-        if world is not None and not isinstance(world, World):
-            raise ConfigError(f"Monitor: world must be a monitor_async.distributed.World, got {world!r}")
         self.world = world if world is not None else detect_world()
-        self._source = source_of(self.world)  # Record.source of this monitor's records
-        self._linked: dict[str, list[str]] = {}  # a reduced watch's name: the watches it stands for
+        source = source_of(self.world)  # Record.source of this monitor's records
         sinks = for_rank(sinks, self.world)  # a ranks="main" sink is never opened away from rank 0
         self._channels = channels_for(sinks, queue_size, max_batch, self._errors, float(batch_wait))
         self._counters = Counters()
-        fanout = Fanout(self._channels, self._counters)
-        self._pushes = Pushes(queue_size, max_values, self._errors, fanout, self._source)
-        self._pushed: set[str] = set()  # names given to log(): never watch names
-        self._poller = Poller(self._counters, fanout, self._errors, self._worker_pool)
-        self._emit = fanout
-        if alerts is not None and (isinstance(alerts, Alert) or not isinstance(alerts, (list, tuple))):
-            raise ConfigError(f"Monitor: alerts must be a list of monitor_async.Alert rules, got {alerts!r}")
         notifiers = [] if notify is None else [notify] if callable(notify) else list(notify)
-        self._alerts = Engine(
-            alerts or (), notifiers, float(notify_timeout), fanout.event, self._source
-        )
+        self._alerts = Engine(alerts or (), notifiers, float(notify_timeout), to_channels(self._channels), source)
+        self._feed = AlertFeed(self._alerts)  # how the parts that feed the rules hold them
+        fanout = Fanout(self._channels, self._counters, self._feed)
+        self._pushes = Pushes(queue_size, max_values, self._errors, fanout, source, alerts=self._feed)
+        self._poller = Poller(self._counters, fanout, self._errors, self._worker_pool, self._feed)
         self._lag = LoopLag(self._alerts)
-        self._hook_alerts()
-        self._watches: dict[str, Watch] = {}
+        self._registry = Registry(
+            poll_interval=self.poll_interval, poll_timeout=poll_timeout, max_values=max_values, world=self.world,
+            source=source, alerts=self._alerts, pool=self._worker_pool, counters=self._counters,
+            added=self._added, removed=self._removed,
+        )
+        self._watches = self._registry.watches
         self._ticks: Ticks | None = None  # the running loop's timers
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -212,9 +155,6 @@ class Monitor:
         self._finals_taken = False  # a stop() under way took the final snapshots already
         self._retired: list[threading.Thread] = []
         """Idle worker threads let go at the last stop() (they end promptly; ``SyncMonitor.close()`` joins them)."""
-        self._boards: dict[str, Board] = {}
-        """Where ``reduce=`` watches publish across ranks, by watch name: their threads are retired with the
-        others at stop(), and a board goes with its watch at ``unwatch()``."""
 
     def __reduce__(self) -> Any:
         raise TypeError(
@@ -319,132 +259,20 @@ class Monitor:
             >>> asyncio.run(main())
             ('collector', {'collector': {'collector/frames': 100.0}})
         """
-        options: dict[str, Any] = dict(
+        spec = WatchSpec(
             schedule=schedule, step=step, stats_fn=stats_fn, stats_kwargs=stats_kwargs, rate_keys=rate_keys,
             log_on_start=log_on_start, log_on_close=log_on_close, poll_interval=poll_interval, timeout=timeout,
             offload=offload,
         )
-        if reduce is not None:
-            return self._watch_reduced(target, reduce, name, options)
-        return self._add(target, name, options, None)
+        try:
+            return self._registry.watch(target, name, spec, reduce)
+        finally:
+            self._retired.extend(self._registry.released())
 
-    def _add(
-        self, target: Any, name: str | None, options: dict[str, Any], publish: Callable[[Record], None] | None
-    ) -> str:
-        """Registers one watch (``publish``: a reduction member's hook, called with each record it logs)."""
-        schedule: Every | None = options.get("schedule")
-        step: str | None = options.get("step")
-        stats_fn: Callable[..., Any] | None = options.get("stats_fn")
-        stats_kwargs: Mapping[str, Any] | None = options.get("stats_kwargs")
-        rate_keys: Sequence[str] | None = options.get("rate_keys")
-        poll_interval: float | None = options.get("poll_interval")
-        timeout: float | None = options.get("timeout")
-        offload: Offload = options.get("offload", "auto")
-        if offload not in OFFLOADS:
-            raise ConfigError(f"watch: offload must be 'auto', 'inline' or 'thread', got {offload!r}")
-        _positive("poll_interval", poll_interval)
-        _positive("timeout", timeout)
-        if schedule is not None and not isinstance(schedule, Every):
-            # TorchRL's Every (or any object with kind/interval/key) is accepted and validated.
-            schedule = Every(kind=schedule.kind, interval=schedule.interval, key=getattr(schedule, "key", None))
-        if stats_fn is None:
-            stats_fn = getattr(target, "stats", None)
-            if not callable(stats_fn):
-                raise WatchTypeError(
-                    "watch() needs a target with a stats() method, or stats_fn=" if target is None else
-                    f"Cannot watch {type(target).__name__}: it has no callable stats() method "
-                    "and no stats_fn was given"
-                )
-        elif not callable(stats_fn):
-            raise WatchTypeError(f"watch: stats_fn must be callable, got {type(stats_fn).__name__}")
-        if name is None:
-            name = unique(_default_name(target) if target is not None else _function_name(stats_fn), self._watches)
-        elif not isinstance(name, str) or not name:
-            raise ConfigError(f"watch: name must be a non-empty string, got {name!r}")
-        elif name in self._watches or name in self._linked:
-            raise ConfigError(f"A watch named {name!r} is already registered")
-        elif name in self._pushed:
-            raise ConfigError(f"watch: {name!r} is a name given to log(); pick another name for the watch")
-        if step is None and schedule is not None and schedule.kind == "counter":
-            step = schedule.key
-        interval = float(poll_interval or self.poll_interval)
-        self._alerts.check_watch(name, interval)
-        common: dict[str, Any] = dict(
-            target=target,
-            name=name,
-            caller=make_caller(target, stats_fn, dict(stats_kwargs or {}), offload, self._worker_pool),
-            schedule=schedule,
-            step_key=step,
-            rate_keys=None if rate_keys is None else tuple(rate_keys),
-            log_on_start=options.get("log_on_start", True),
-            log_on_close=options.get("log_on_close", True),
-            interval=interval,
-            timeout=float(timeout or self.poll_timeout or interval),
-            max_values=self._max_values,
-            source=self._source,
-        )
-        watch = Watch(**common) if publish is None else ReducedWatch(publish, **common)
-        self._alerts.add_watch(name, interval, target, watch)
-        self._watches[name] = watch
+    def _added(self, watch: Watch) -> None:
+        """A watch was registered: polled from now on when the monitor runs."""
         if self._loop is not None:
             self._spawn(watch)
-        return name
-
-    def _watch_reduced(
-        self, target: Any, reduce: Reduce | Mapping[str, Any], name: str | None, options: dict[str, Any]
-    ) -> str:
-        """``watch(target, reduce=...)``: the member watches, and (group, or main rank) ``"<name>/all"``.
-
-        A list or tuple is a group in this process (members ``"<name>/0"``...,
-        count key ``targets``); a single target is reduced across ranks (count key ``ranks``).
-        """
-        spec = Reduce.of(reduce, name)
-        interval = float(options.get("poll_interval") or self.poll_interval)
-        stale = float(spec.stale or 3 * interval)
-        world = self.world
-        group = isinstance(target, (list, tuple))
-        if group and not target:
-            raise ConfigError(f"watch {name!r}: a group to reduce needs at least one target")
-        base = name or _default_name(target[0] if group else target)
-        if base in self._linked or f"{base}/all" in self._watches:
-            raise ConfigError(f"A watch named {base!r} is already registered")
-        added: list[str] = []
-        try:
-            if group:
-                board: Board = LocalBoard()
-                members = len(target)
-                for i, member in enumerate(target):
-                    added.append(self._add(member, f"{base}/{i}", options, publisher(board, i, spec)))
-                count = "targets"
-            else:
-                board = board_for(spec.via, spec.store, base, world)
-                members = world.world_size
-                self._boards[base] = board  # its threads are retired when the monitor stops
-                added.append(self._add(target, base, options, publisher(board, world.rank, spec)))
-                if not world.main:  # the main rank evaluates this watch's rules, for every rank
-                    self._alerts.ignore(base)
-                count = "ranks"
-            if group or world.main:
-                # the member's step key, when it is reduced by one reduction (samples: sum), steps "/all" too
-                step = options.get("step")
-                outputs = {key: out for key, _, out in spec.metrics() if isinstance(spec.keys[key], str)}
-                reduction = Reduction(board, spec, stale, count, members)
-                if not group:  # the alert rules see every rank's values on the board
-                    reduction.observer = functools.partial(self._alerts.board, base, world.rank)
-                added.append(self._add(reduction, f"{base}/all", dict(
-                    step=outputs.get(step) if step is not None else None,
-                    poll_interval=interval,
-                    offload="thread" if board.blocking else "inline",
-                    log_on_start=options.get("log_on_start", True),
-                    log_on_close=options.get("log_on_close", True),
-                ), None))
-        except BaseException:
-            for added_name in added:
-                self.unwatch(added_name)
-            self._drop_board(base)
-            raise
-        self._linked[base] = added
-        return base
 
     def unwatch(self, name: str) -> None:
         """Stops polling the named target, leaving the target alone; a reduced watch goes whole.
@@ -452,27 +280,16 @@ class Monitor:
         A ``stats()`` call still running on a worker thread is abandoned (counted
         in ``calls_abandoned``) and its thread slot freed.
         """
-        linked = self._linked.pop(name, [])
-        for other in linked:
-            if other != name:
-                self.unwatch(other)
-        self._drop_board(name)
-        if linked and name not in self._watches:  # a group: only its members and "<name>/all" are watches
-            return
-        if name not in self._watches:
-            raise KeyError(f"No watch named {name!r}")
-        watch = self._watches.pop(name)
-        if watch.caller.abandon():
-            self._counters.calls_abandoned += 1
-        self._alerts.remove_watch(name)
+        try:
+            self._registry.remove(name)
+        finally:
+            self._retired.extend(self._registry.released())
+
+    def _removed(self, name: str) -> None:
+        """A watch was removed: its polling ends."""
         task = self._tasks.pop(name, None)
         if task is not None:
             task.cancel()
-
-    def _drop_board(self, name: str) -> None:
-        board = self._boards.pop(name, None)
-        if board is not None:
-            self._retired.extend(board.retire())
 
     def watches(self) -> dict[str, str]:
         """``{watch name: how its stats() is called}`` (``inline``, ``thread``, ``remote``)."""
@@ -496,23 +313,13 @@ class Monitor:
             >>> monitor.firing()
             []
         """
-        self._alerts.add(rule)
-        self._hook_alerts()
+        self._feed.add(rule)
         if self._loop is not None:
             self._alerts.start(self._loop)
 
     def firing(self) -> list[AlertEvent]:
         """The events of the alerts firing now (one per rule, watch, key and source)."""
         return self._alerts.firing()
-
-    def _hook_alerts(self) -> None:
-        """With rules, the fan-out, the poller and the pushes tell the engine; without, nothing is added."""
-        engine = self._alerts
-        if engine.active:
-            self._emit.observer = engine.observe
-            self._emit.idle = engine.idle
-            self._poller.alerts = engine
-            self._pushes.rescan = engine.rescan if engine.scan_nonfinite else None
 
     @property
     def own_loop(self) -> bool:
@@ -525,10 +332,8 @@ class Monitor:
 
     def _spawn(self, watch: Watch) -> None:
         assert self._loop is not None and self._ticks is not None
-        # until its task runs, the watch's first slot is now (a blocked loop misses it, see _count_missed)
-        watch.origin = watch.due = self._loop.time()
-        watch.slot = 0
-        watch.background = True
+        # its slots start now, not when its task first runs: a loop blocked meanwhile misses them
+        watch.slots.start(self._loop.time())
         self._tasks[watch.name] = self._loop.create_task(
             poll_forever(self._ticks, watch), name=f"monitor-async poll {watch.name}"
         )
@@ -564,24 +369,12 @@ class Monitor:
             [('learner', 10, {'learner/loss': 0.25, 'learner/lr': 0.0003})]
         """
         try:
-            known = name in self._pushed
+            known = name in self._registry.pushed
         except TypeError:  # an unhashable name: a dropped push, reported on the loop
             known = True
         if not known:
-            self._claim_push_name(name)
+            self._registry.claim_push_name(name)
         self._pushes.push(name, metrics, step)
-
-    def _claim_push_name(self, name: Any) -> None:
-        try:
-            if name in self._watches or name in self._linked:
-                raise ConfigError(
-                    f"log({name!r}, ...): {name!r} is the name of a watch; push under a name of its own "
-                    "(two sources would share one chart namespace and x-axis)"
-                )
-            if isinstance(name, str) and len(self._pushed) < 65_536:
-                self._pushed.add(name)
-        except TypeError:  # an unhashable name: an error of that push, reported on the loop
-            pass
 
     # --------------------------------------------------------------- manual mode
     async def step(self) -> dict[str, dict[str, float]]:
@@ -594,31 +387,8 @@ class Monitor:
         self._pushes.drain()
         if self._loop is None:
             self._alerts.resume()  # in manual mode, time runs between steps
-        poller = self._poller
-        logged: dict[str, dict[str, float]] = {}
-        pending: list[tuple[Watch, Any]] = []
-        for watch in list(self._watches.values()):
-            result = poller.poll_once(watch)
-            if result is None:
-                continue
-            if type(result) is Record:
-                logged[watch.name] = result.metrics
-            else:  # an awaitable answer: awaited below, all at once
-                pending.append((watch, result))
-        if pending:
-            for record in await poller.complete_all(pending):
-                if record is not None:
-                    logged[record.name] = record.metrics
-        # every sink writes at once, each in its own task: a hung one holds back none of the others
-        waiters = [channel.request() for channel in self._channels]
-        try:
-            for waiter in waiters:
-                if waiter is not None:
-                    await waiter
-        finally:
-            for waiter in waiters:
-                if waiter is not None and not waiter.done():
-                    waiter.cancel()
+        logged = await self._poller.poll_each(list(self._watches.values()))
+        await write_all(self._channels)  # every sink at once: a hung one holds back none of the others
         self._alerts.check_all()
         self._raise_pending()
         return logged
@@ -629,19 +399,7 @@ class Monitor:
         A sink that does not write its queue in time is not flushed; its records stay queued, with a warning.
         """
         self._pushes.drain()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.stop_timeout
-        channels = self._channels
-        waiters = [channel.request() for channel in channels]
-        settled = [await within(waiter, max(0.0, deadline - loop.time()), cancel=True) for waiter in waiters]
-        for channel, done in zip(channels, settled, strict=True):
-            if not done:
-                log.warning(
-                    "flush(): sink %r did not write its queued records within stop_timeout=%gs; "
-                    "they stay queued", channel.label, self.stop_timeout,
-                )
-        left = max(0.0, deadline - loop.time())
-        await asyncio.gather(*(c.call("flush", left) for c, done in zip(channels, settled, strict=True) if done))
+        await flush_all(self._channels, self.stop_timeout)
         self._raise_pending()
 
     # ------------------------------------------------------------ background mode
@@ -650,7 +408,7 @@ class Monitor:
 
         More than 256 targets of one interval start in groups of 256, ``interval / 64`` apart.
         """
-        if self._loop is not None and _gone(self._loop):
+        if self._loop is not None and loop_gone(self._loop):
             self._forget_loop()  # the last loop ended without stop(): start afresh on this one
         if self._loop is not None:
             if not self._finals_taken:
@@ -682,7 +440,7 @@ class Monitor:
         for channel in self._channels:
             channel.forget_loop()
         for watch in self._watches.values():
-            watch.background = False
+            watch.slots.stop()
         self._loop = None
         self._finals_taken = False
 
@@ -697,7 +455,7 @@ class Monitor:
             log_final: take a final snapshot of every watch (``True``), of none
                 (``False``), or of those whose ``log_on_close`` holds (``None``, default).
         """
-        if self._loop is not None and _gone(self._loop):
+        if self._loop is not None and loop_gone(self._loop):
             self._forget_loop()
         async with self._stop_lock_here():
             if self._stopped:
@@ -716,7 +474,7 @@ class Monitor:
                 if self._errors.error is None:
                     await self._final_snapshots(log_final)
                 for watch in self._watches.values():
-                    watch.background = False
+                    watch.slots.stop()
                 self._finals_taken = True
             await self._drain_and_flush()
             await asyncio.gather(*(channel.halt(GRACE) for channel in self._channels))
@@ -733,14 +491,10 @@ class Monitor:
 
     def _count_missed(self) -> None:
         """The slots a blocked loop skipped and no timer will count now: the polls stop here."""
-        if self._loop is None:
-            return
-        now = self._loop.time()
-        counters = self._counters
-        for name in self._tasks:
-            watch = self._watches.get(name)
-            if watch is not None and now - watch.due > watch.interval:
-                counters.polls_missed += int((now - watch.due) // watch.interval)
+        if self._loop is not None:
+            now = self._loop.time()
+            watches = [self._watches[name] for name in self._tasks if name in self._watches]
+            self._counters.polls_missed += sum(watch.slots.missed(now) for watch in watches)
 
     def _stop_lock_here(self) -> asyncio.Lock:
         """The lock that serialises stop() calls, made for the running loop (a restart may use another)."""
@@ -792,7 +546,7 @@ class Monitor:
             task.cancel()
         if tasks:
             longest = max((w.timeout for w in self._watches.values()), default=self.stop_timeout)
-            await asyncio.wait(tasks, timeout=min(self.stop_timeout, longest))
+            await within_all(tasks, min(self.stop_timeout, longest))
 
     async def _final_snapshots(self, log_final: bool | None) -> None:
         watches = [
@@ -816,8 +570,7 @@ class Monitor:
         retired = self._pool.retire() if self._pool is not None else []
         for channel in self._channels:
             retired.extend(channel.retire_threads())
-        for board in self._boards.values():
-            retired.extend(board.retire())
+        retired.extend(self._registry.retire_boards())
         self._retired = retired
 
     def _raise_pending(self) -> None:
@@ -831,21 +584,7 @@ class Monitor:
 
         The keys are listed in [the counters](errors.md#the-monitors-own-counters).
         """
-        c = self._counters
-        out = {
-            "polls": float(c.polls),
-            "polls_failed": float(c.polls_failed),
-            "polls_timed_out": float(c.polls_timed_out),
-            "polls_missed": float(c.polls_missed),
-            "records": float(c.records),
-            "values_dropped": float(c.values_dropped),
-            "watches": float(len(self._watches)),
-            "targets_dead": float(c.targets_dead),
-            "targets_died": float(c.targets_died),
-            "log_dropped": float(self._pushes.dropped),
-            "calls_abandoned": float(c.calls_abandoned),
-            "loop_lag_max": self._lag.lag_max,
-        }
+        out = self._counters.report(len(self._watches), self._pushes.dropped, self._lag.lag_max)
         self._alerts.report(out)
         for channel in self._channels:
             channel.report(out)

@@ -1,18 +1,23 @@
-"""The keyword options of ``Monitor`` and ``Monitor.watch``, for the facades that forward them."""
+"""The keyword options of ``Monitor`` and ``Monitor.watch``: their types, for the facades that forward them, and their checks.
+
+The defaults are those of ``Monitor``'s and ``Monitor.watch``'s signatures, and only there.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from .._core.alerts import Alert, AlertEvent
-from .._core.policy import OnError
+from .._core.checks import choice, number, refuse
+from .._core.policy import ON_ERROR, OnError
 from .._core.schedule import Every
 from .._core.world import World
-from .callers import Offload
+from .callers import OFFLOADS, Offload
 from .reduce import Reduce
 
-__all__ = ["MonitorOptions", "WatchOptions"]
+__all__ = ["MonitorOptions", "WatchOptions", "WatchSpec", "check_monitor"]
 
 
 class MonitorOptions(TypedDict, total=False):
@@ -50,3 +55,45 @@ class WatchOptions(TypedDict, total=False):
     timeout: float | None
     offload: Offload
     reduce: Reduce | Mapping[str, str | Sequence[str]] | None
+
+
+@dataclass(frozen=True)
+class WatchSpec:
+    """The options of one ``Monitor.watch`` call, as given (see its docstring); checked when made."""
+
+    schedule: Every | None
+    step: str | None
+    stats_fn: Callable[..., Any] | None
+    stats_kwargs: Mapping[str, Any] | None
+    rate_keys: Sequence[str] | None
+    log_on_start: bool
+    log_on_close: bool
+    poll_interval: float | None
+    timeout: float | None
+    offload: Offload
+
+    def __post_init__(self) -> None:
+        choice("watch", "offload", self.offload, OFFLOADS)
+        number("Monitor", "poll_interval", self.poll_interval, unit="seconds", none=True)
+        number("Monitor", "timeout", self.timeout, unit="seconds", none=True)
+
+
+_SECONDS = ("poll_interval", "stop_timeout", "notify_timeout")
+_COUNTS = ("queue_size", "max_batch", "thread_limit", "max_values")
+
+
+def check_monitor(options: Mapping[str, Any]) -> None:
+    """Raises [ConfigError][monitor_async.ConfigError] naming the first of ``Monitor``'s ``options`` out of range."""
+    choice("Monitor", "on_error", options["on_error"], ON_ERROR)
+    choice("Monitor", "handle_signals", options["handle_signals"], (True, False))
+    for option in _SECONDS:
+        number("Monitor", option, options[option], unit="seconds")
+    number("Monitor", "poll_timeout", options["poll_timeout"], unit="seconds", none=True)
+    number("Monitor", "batch_wait", options["batch_wait"], unit="seconds", low=0.0, above=False)
+    for option in _COUNTS:
+        number("Monitor", option, options[option], integer=True)
+    world, alerts = options["world"], options["alerts"]
+    if world is not None and not isinstance(world, World):
+        raise refuse("Monitor", "world", "a monitor_async.distributed.World", world)
+    if alerts is not None and (isinstance(alerts, Alert) or not isinstance(alerts, (list, tuple))):
+        raise refuse("Monitor", "alerts", "a list of monitor_async.Alert rules", alerts)

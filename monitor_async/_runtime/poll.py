@@ -17,21 +17,20 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from .._core.exceptions import PollError, PollTimeoutError
-from .._core.guard import as_error, must_propagate
+from .._core.guard import as_error, deadline, must_propagate, within_all
 from .._core.policy import ErrorPolicy, describe, log
 from .._core.record import Record
 from .._core.threads import WorkerPool
-from .alerts import Engine
 from .callers import Busy, InlineCaller, ThreadCaller
 from .counters import GRACE, Counters
-from .fanout import Fanout
+from .fanout import AlertFeed, Fanout
 from .health import on_failure
 from .watch import Watch
 
 __all__ = ["Poller"]
 
 class Poller:
-    """What a poll needs from the monitor: counters, the fan-out, error policy, threads.
+    """What a poll needs from the monitor: counters, the fan-out, error policy, threads, the alert rules.
 
     Whatever a ``stats()`` raises is a failure of its watch (see
     ``monitor_async._core.guard`` for the two exceptions that propagate).
@@ -45,15 +44,16 @@ class Poller:
         fanout: Fanout,
         errors: ErrorPolicy,
         pool: Callable[[], WorkerPool],
+        alerts: AlertFeed,
     ) -> None:
         self.counters = counters
         self.emit = fanout.emit  # the one fan-out
         self.errors = errors
         self.pool = pool
         self.stuck: dict[Watch, asyncio.Task[Any]] = {}
-        self.alerts: Engine | None = None
-        """The alert rules, told of polls that logged nothing or left values out; ``None`` without rules."""
         """Watches whose awaited ``stats()`` ignored its cancellation, with the task left behind."""
+        self.alerts = alerts
+        """The alert rules, told of polls that logged nothing or left values out."""
 
     def _still_stuck(self, watch: Watch) -> bool:
         task = self.stuck.get(watch)
@@ -135,9 +135,7 @@ class Poller:
     async def complete(self, watch: Watch, pending: Awaitable[Any], force: bool = False) -> Record | None:
         """Awaits an awaitable ``stats()`` result under the watch's timeout, then finishes the poll."""
         try:
-            # asyncio.timeout, not wait_for: on 3.11 wait_for returns the result
-            # and swallows a cancel (stop()) that lands as the result arrives.
-            async with asyncio.timeout(watch.timeout):
+            async with deadline(watch.timeout):  # stats() ignoring its cancel: see complete_all
                 raw = await pending
         except TimeoutError:
             watch.caller.timed_out()
@@ -176,13 +174,12 @@ class Poller:
         counters = self.counters
         if dropped:
             counters.values_dropped += dropped
-        alerts = self.alerts
-        if alerts is not None:
+        if self.alerts.on:
+            engine = self.alerts.engine
             if dropped:
-                alerts.rescan(watch.name, raw, watch.source)  # NaN and inf values: the slow path only
+                engine.rescan(watch.name, raw, watch.source)  # NaN and inf values: the slow path only
             if record is None:
-                alerts.polled(watch.name, watch.unlogged, watch.source)
-                watch.unlogged = None
+                engine.polled(watch.name, watch.take_unlogged(), watch.source)
         if watch.caller.wants_thread:
             self.promote(watch)
         if record is not None:
@@ -198,8 +195,7 @@ class Poller:
 
     def promote(self, watch: Watch) -> None:
         caller = watch.caller
-        if isinstance(caller, InlineCaller):
-            watch.caller = ThreadCaller(caller.fn, self.pool())
+        if isinstance(caller, InlineCaller) and watch.swap_caller(caller, ThreadCaller(caller.fn, self.pool())):
             log.info(
                 "stats() of watch %r was slow inline several times; it now runs on a worker thread",
                 watch.name,
@@ -230,7 +226,7 @@ class Poller:
         if not tasks:
             return []
         try:
-            await asyncio.wait(tasks, timeout=max(w.timeout for w in watches) + GRACE)
+            await within_all(tasks, max(w.timeout for w in watches) + GRACE)
         except BaseException:
             for task in tasks:
                 task.cancel()
@@ -250,3 +246,24 @@ class Poller:
         if result is None or type(result) is Record:
             return result
         return await self.complete(watch, result, force)
+
+    async def poll_each(self, watches: Sequence[Watch]) -> dict[str, dict[str, float]]:
+        """One poll of each watch (a ``step()``): inline answers first, awaitable ones all at once.
+
+        Returns ``{watch name: metrics}`` of the watches that logged.
+        """
+        logged: dict[str, dict[str, float]] = {}
+        pending: list[tuple[Watch, Any]] = []
+        for watch in watches:
+            result = self.poll_once(watch)
+            if result is None:
+                continue
+            if type(result) is Record:
+                logged[watch.name] = result.metrics
+            else:  # an awaitable answer: awaited below, all at once
+                pending.append((watch, result))
+        if pending:
+            for record in await self.complete_all(pending):
+                if record is not None:
+                    logged[record.name] = record.metrics
+        return logged

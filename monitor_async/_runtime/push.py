@@ -17,14 +17,14 @@ import contextlib
 import itertools
 import operator
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from time import time as _time
 from typing import Any
 
 from .._core.policy import ErrorPolicy, describe
 from .._core.record import EMPTY_SOURCE, Record, Source, new_record
 from .._core.values import MAX_DEPTH, KeyCache, read
-from .fanout import Fanout
+from .fanout import AlertFeed, Fanout
 
 __all__ = ["DRAIN_DELAY", "Pushes"]
 
@@ -83,15 +83,17 @@ class Pushes:
         errors: the monitor's ``on_error`` policy, for invalid pushes (also counted).
         fanout: the fan-out the records go to.
         source: the ``Record.source`` of every pushed record.
+        alerts: the alert rules, told of a push that left values out (the ``nonfinite`` rules).
     """
 
     __slots__ = (
-        "_armed", "_caches", "_count", "_failed", "_failing", "_items", "_loop", "_reads", "_taken", "errors",
-        "fanout", "limit", "max_values", "rescan", "source",
+        "_armed", "_caches", "_count", "_failed", "_failing", "_items", "_loop", "_reads", "_taken", "alerts",
+        "errors", "fanout", "limit", "max_values", "source",
     )
 
     def __init__(
-        self, limit: int, max_values: int, errors: ErrorPolicy, fanout: Fanout, source: Source = EMPTY_SOURCE
+        self, limit: int, max_values: int, errors: ErrorPolicy, fanout: Fanout, source: Source = EMPTY_SOURCE,
+        *, alerts: AlertFeed,
     ) -> None:
         self.fanout = fanout
         self.source = source
@@ -107,8 +109,7 @@ class Pushes:
         self._armed = False
         self._caches: dict[str, KeyCache] = {}
         self._failing: set[str] = set()
-        self.rescan: Callable[[str, Any, Source], None] | None = None
-        """Told of a push that left values out (the ``nonfinite`` alert rules), or ``None``."""
+        self.alerts = alerts
 
     # ------------------------------------------------------------ caller's side
     def push(self, name: Any, metrics: Any, step: Any) -> None:
@@ -165,8 +166,8 @@ class Pushes:
             self._failing.discard(name)
             if dropped:
                 left_out += dropped
-                if self.rescan is not None:
-                    self.rescan(name, metrics, self.source)
+                if self.alerts.on:
+                    self.alerts.engine.rescan(name, metrics, self.source)
             emit(record)
         if left_out:
             self.fanout.counters.values_dropped += left_out

@@ -1,7 +1,7 @@
 """Where a record is dropped: one sink's bounded queue, and the count of every record it was given.
 
-A `RecordQueue` belongs to no event loop and knows nothing of writers; its
-`Channel` decides when a full queue drops its oldest. Outside a write,
+A `RecordQueue` belongs to no event loop; `offer` decides when a full
+queue drops its oldest, asking its `Channel` only whether a writer is due. Outside a write,
 ``written + dropped + queued + abandoned == delivered``
 ([the accounting](guarantees.md#the-accounting-closes-test_accountingpy));
 a write that returns after its records were abandoned changes nothing (`epoch`).
@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
+from collections.abc import Callable
 
 from .._core.policy import log
 from .._core.record import Record
@@ -26,15 +27,18 @@ class RecordQueue:
         label: the sink's label, for counters and warnings.
         size: records kept before the oldest is dropped (when the sink is behind).
         max_batch: the most records one batch takes.
+        writer_due: whether a writer takes everything queued at its next turn: a full
+            queue then keeps the whole burst rather than dropping (see `offer`).
     """
 
     __slots__ = (
         "_settlers", "abandoned", "dropped", "dropping", "epoch", "head", "in_flight", "items", "label",
-        "max_batch", "size", "wake", "wake_at", "writing", "written",
+        "max_batch", "size", "wake", "wake_at", "writer_due", "writing", "written",
     )
 
-    def __init__(self, label: str, size: int, max_batch: int) -> None:
+    def __init__(self, label: str, size: int, max_batch: int, writer_due: Callable[[], bool] = bool) -> None:
         self.label = label
+        self.writer_due = writer_due
         self.items: deque[Record] = deque()
         self.size = size
         self.max_batch = max_batch
@@ -49,6 +53,18 @@ class RecordQueue:
         self.wake: asyncio.Future[None] | None = None  # a writer waits on it for records
         self.wake_at = 1
         self._settlers: list[tuple[int, asyncio.Future[None]]] = []
+
+    def offer(self, record: Record) -> None:
+        """Queues ``record``; never waits. A full queue drops its oldest record unless a writer is due.
+
+        A writer that has not had its turn yet (many polls in one pass) keeps the whole burst.
+        """
+        items = self.items
+        if len(items) >= self.size and not self.writer_due():
+            self.drop_oldest()
+        items.append(record)
+        if self.wake is not None and len(items) >= self.wake_at:
+            self.release()
 
     def drop_oldest(self) -> None:
         """Makes room in a full queue: the oldest record goes, counted (and warned of once per episode)."""

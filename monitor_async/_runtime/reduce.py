@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from time import monotonic
 from typing import Any
 
+from .._core.checks import choice, number, refuse
 from .._core.exceptions import ConfigError
 from .._core.record import Record
 from .boards import Board, LocalBoard, board_for
-from .watch import Watch
 
-__all__ = ["REDUCTIONS", "LocalBoard", "Reduce", "ReducedWatch", "Reduction", "board_for", "publisher", "reduce_values"]
+__all__ = ["REDUCTIONS", "LocalBoard", "Reduce", "Reduction", "board_for", "publisher", "reduce_values"]
 
 REDUCTIONS: tuple[str, ...] = ("sum", "mean", "min", "max", "p50", "p90", "p99")
 
@@ -78,17 +78,15 @@ class Reduce:
 
     def __post_init__(self) -> None:
         if not isinstance(self.keys, Mapping) or not self.keys:
-            raise ConfigError(f"reduce: expected a non-empty mapping of key -> reduction, got {self.keys!r}")
+            raise refuse("reduce", "keys", "a non-empty mapping of key -> reduction", self.keys)
         for key, hows in self.keys.items():
             for how in [hows] if isinstance(hows, str) else list(hows):
                 if how not in REDUCTIONS:
                     raise ConfigError(
                         f"reduce: unknown reduction {how!r} for key {key!r}; choose among {', '.join(REDUCTIONS)}"
                     )
-        if self.stale is not None and not (isinstance(self.stale, (int, float)) and self.stale > 0):
-            raise ConfigError(f"reduce: stale must be a strictly positive number of seconds, got {self.stale!r}")
-        if self.via not in ("auto", "store", "ray"):
-            raise ConfigError(f"reduce: via must be 'auto', 'store' or 'ray', got {self.via!r}")
+        number("reduce", "stale", self.stale, unit="seconds", none=True)
+        choice("reduce", "via", self.via, ("auto", "store", "ray"))
 
     @classmethod
     def of(cls, value: Reduce | Mapping[str, str | Sequence[str]], watch: str | None) -> Reduce:
@@ -140,9 +138,13 @@ class Reduction:
         stale: seconds after which an unchanged (or missing) member is left out.
         count: the name of the count key, ``"ranks"`` or ``"targets"``.
         members: how many members there are (members ``0 .. members - 1``).
+        observer: sees every board read (the alert rules, which track each rank), or ``None``.
     """
 
-    def __init__(self, board: Board, spec: Reduce, stale: float, count: str, members: int) -> None:
+    def __init__(
+        self, board: Board, spec: Reduce, stale: float, count: str, members: int,
+        observer: Callable[[Mapping[int, tuple[int, Mapping[str, float]]]], None] | None = None,
+    ) -> None:
         self.board = board
         self.metrics = spec.metrics()
         self.stale = stale
@@ -150,8 +152,7 @@ class Reduction:
         self.members = members
         self.seen: dict[int, tuple[int, float]] = {}
         self.started: float | None = None  # the first read: missing members are stale from stale seconds on
-        self.observer: Callable[[Mapping[int, tuple[int, Mapping[str, float]]]], None] | None = None
-        """Sees every board read (the alert rules, which track each rank), or ``None``."""
+        self.observer = observer
 
     def stats(self) -> Any:
         got = self.board.read()
@@ -189,20 +190,3 @@ class Reduction:
         out[self.count] = float(len(fresh))
         out["stale"] = float(stale)
         return out
-
-
-# ------------------------------------------------------------------ wiring
-class ReducedWatch(Watch):
-    """A watch that also publishes each record it logs (a member of a reduction)."""
-
-    __slots__ = ("publish",)
-
-    def __init__(self, publish: Callable[[Record], None], **options: Any) -> None:
-        super().__init__(**options)
-        self.publish = publish
-
-    def snapshot(self, raw: object, *, force: bool = False) -> tuple[Record | None, int]:
-        record, dropped = Watch.snapshot(self, raw, force=force)
-        if record is not None:
-            self.publish(record)
-        return record, dropped

@@ -20,6 +20,7 @@ from types import TracebackType
 from typing import Any, TypeVar, Unpack
 
 from .._core.alerts import Alert, AlertEvent
+from .._core.checks import choice
 from .._core.exceptions import MonitorClosedError
 from .._core.policy import OnError, log
 from .._core.threads import join_all
@@ -65,6 +66,7 @@ class SyncMonitor:
     def __init__(
         self, sinks: Any = None, *, background: bool = True, **options: Unpack[MonitorOptions]
     ) -> None:
+        choice("SyncMonitor", "background", background, (True, False))
         self.monitor = Monitor(sinks, **options)
         self.monitor.own_loop = background  # a blocked loop is then the monitor's thread, not the caller's
         self.background = background

@@ -1,4 +1,4 @@
-"""When polling happens: each watch's slots, the loop's shared timers, and the per-watch task.
+"""When polling happens: the loop's shared timers, and the per-watch task that follows its `Slots`.
 
 The k-th poll of a watch is due at ``start + k * interval``; a poll that
 overruns skips the slots it missed (``polls_missed``) rather than bursting.
@@ -15,11 +15,10 @@ from typing import TYPE_CHECKING, Any
 from .._core.record import Record
 
 if TYPE_CHECKING:
-    from .counters import Counters
     from .poll import Poller
     from .watch import Watch
 
-__all__ = ["OWN", "Ticks", "next_due", "poll_forever"]
+__all__ = ["OWN", "Ticks", "poll_forever"]
 
 
 class Ticks:
@@ -97,14 +96,12 @@ class Ticks:
         The returned future completes when the task is needed again: with the
         awaitable a ``stats()`` returned, or with ``OWN``.
         """
-        waiter = watch.waiter
-        if waiter is None or waiter.done():
-            waiter = watch.waiter = self.loop.create_future()
+        waiter = watch.slots.wait(self.loop)
         self._book(watch, when)
         return waiter
 
     def _book(self, watch: Watch, when: float) -> None:
-        watch.due = when
+        watch.slots.book(when)
         due = self.carried.get(when)
         if due is None:
             self._timer(when)
@@ -113,7 +110,7 @@ class Ticks:
 
     def discard(self, watch: Watch) -> None:
         """Takes a carried watch off its next slot (its task was cancelled)."""
-        due = self.carried.get(watch.due)
+        due = self.carried.get(watch.slots.due)
         if due is not None:
             with contextlib.suppress(ValueError):
                 due.remove(watch)
@@ -135,7 +132,8 @@ class Ticks:
         booked = -1.0  # the last due time booked, and its list: the watches of a tick mostly share the next one
         following: list[Watch] = []
         for watch in due:
-            waiter = watch.waiter
+            slots = watch.slots
+            waiter = slots.waiter
             if waiter is None or waiter.done():  # its task was cancelled: unwatch(), stop(), on_error="raise"
                 continue
             try:
@@ -147,15 +145,15 @@ class Ticks:
                     waiter.set_result(result)  # an awaitable: its task awaits it under the watch's timeout
                     continue
                 if not waiter.done():
-                    # next_due(), inline for the common case: the next slot is still ahead
-                    slot = watch.slot + 1
-                    when = watch.origin + slot * watch.interval
+                    # Slots.advance(), inline for the common case: the next slot is still ahead
+                    slot = slots.slot + 1
+                    when = slots.origin + slot * slots.interval
                     if clock() > when:
-                        when = next_due(watch, clock(), counters)
+                        when = slots.advance(clock(), counters)
                     else:
-                        watch.slot = slot
+                        slots.slot = slot
                     if when == booked:
-                        watch.due = when
+                        slots.due = when
                         following.append(watch)
                     else:
                         self._book(watch, when)
@@ -169,31 +167,14 @@ OWN: Any = object()
 """What a carried watch's future gives its task when the task is to poll the watch itself."""
 
 
-def next_due(watch: Watch, now: float, counters: Counters) -> float:
-    """The watch's next slot after a poll that ended at ``now``; slots already past are missed.
-
-    Slots are ``origin + k * interval``, computed not summed, so watches of one origin share due times exactly.
-    """
-    interval = watch.interval
-    slot = watch.slot + 1
-    due = watch.origin + slot * interval
-    if now > due:
-        missed = int((now - due) // interval) + 1
-        counters.polls_missed += missed
-        slot += missed
-        due = watch.origin + slot * interval
-    watch.slot = slot
-    return due
-
-
 async def poll_forever(ticks: Ticks, watch: Watch) -> None:
     """The background task of one watch, until cancelled: carried by ``Ticks``, or polling and waiting itself."""
     loop = asyncio.get_running_loop()
     poller = ticks.poller
     task = asyncio.current_task()
-    due = watch.origin = ticks.origin(watch.interval)
-    watch.slot = 0
+    slots = watch.slots
     counters = poller.counters
+    due = slots.first(ticks.origin(watch.interval), counters)
     # poller.answer(...), not a bound method kept in a local: with 10,000 suspended tasks,
     # every object a task's frame holds is one more for each full garbage collection to walk;
     # a later group of a crowd started together waits for its first slot
@@ -203,7 +184,7 @@ async def poll_forever(ticks: Ticks, watch: Watch) -> None:
         if polled:
             if pending is not None:
                 await poller.complete(watch, pending)
-            due = next_due(watch, loop.time(), counters)
+            due = slots.advance(loop.time(), counters)
         polled = True
         if pending is None and watch.caller.inline:
             # carried: polled in the timer's callback from now on; back here when an answer
@@ -216,7 +197,7 @@ async def poll_forever(ticks: Ticks, watch: Watch) -> None:
                 raise
             pending = poller.answer(watch) if got is OWN else got
             continue
-        watch.due = due
+        slots.book(due)
         while True:
             try:
                 await ticks.at(due)

@@ -1,4 +1,4 @@
-"""One watched target: its schedule, baselines and rates, and how a snapshot becomes a Record.
+"""One watched target: its schedule, baselines and rates, how a snapshot becomes a Record, and its `Slots`.
 
 The rules follow TorchRL's ``LoggerMonitor`` so that switching is invisible:
 the first poll logs (or only records baselines with ``log_on_start=False``);
@@ -9,10 +9,10 @@ decrease re-baselines without logging and never yields a negative rate.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from time import monotonic as _monotonic
 from time import time as _time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._core.names import rate_names
 from .._core.policy import log
@@ -21,10 +21,85 @@ from .._core.schedule import Every
 from .._core.values import Flattened, KeyCache, read, read_plain
 from .callers import Caller
 
-__all__ = ["Watch"]
+if TYPE_CHECKING:
+    from .counters import Counters
+
+__all__ = ["Slots", "Watch"]
 
 _NO_COUNTERS: dict[str, float] = {}
 """The baseline of a watch with no counters to derive rates from (shared: a baseline is never changed)."""
+
+
+class Slots:
+    """Where one watch stands in background polling: its k-th slot is ``origin + k * interval``.
+
+    Args:
+        interval: seconds between two slots (the watch's poll interval).
+    """
+
+    __slots__ = ("due", "interval", "origin", "running", "slot", "waiter")
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self.origin = 0.0
+        self.slot = 0
+        self.due = 0.0  # the slot it waits for now
+        self.running = False  # polled by a background task
+        self.waiter: asyncio.Future[Any] | None = None  # what its task awaits while the timers poll it
+
+    def start(self, origin: float) -> None:
+        """Background polling starts at ``origin``: slots a blocked loop misses from then on count (see `first`)."""
+        self.origin = self.due = origin
+        self.slot = 0
+        self.running = True
+
+    def first(self, origin: float, counters: Counters) -> float:
+        """Its task's first slot, at ``origin`` (its group's, see `Ticks.origin`); returns it.
+
+        The slots between `start` and ``origin`` that a blocked loop let go by are missed (``polls_missed``).
+        """
+        late = origin - self.origin
+        if late >= self.interval:
+            counters.polls_missed += int(late // self.interval)
+        self.origin = self.due = origin
+        self.slot = 0
+        return origin
+
+    def stop(self) -> None:
+        """Background polling ended (``stop()``, or the loop went away)."""
+        self.running = False
+
+    def book(self, when: float) -> None:
+        """The slot it waits for now is at ``when``."""
+        self.due = when
+
+    def wait(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[Any]:
+        """The future its task awaits while the timers poll it (a new one once the last is done)."""
+        waiter = self.waiter
+        if waiter is None or waiter.done():
+            waiter = self.waiter = loop.create_future()
+        return waiter
+
+    def advance(self, now: float, counters: Counters) -> float:
+        """The next slot after a poll that ended at ``now``; slots already past are missed (``polls_missed``).
+
+        Slots are ``origin + k * interval``, computed not summed, so watches of one origin share due times exactly.
+        """
+        interval = self.interval
+        slot = self.slot + 1
+        due = self.origin + slot * interval
+        if now > due:
+            missed = int((now - due) // interval) + 1
+            counters.polls_missed += missed
+            slot += missed
+            due = self.origin + slot * interval
+        self.slot = slot
+        return due
+
+    def missed(self, now: float) -> int:
+        """The slots past at ``now`` that no poll took (a loop blocked until ``stop()``)."""
+        late = now - self.due
+        return int(late // self.interval) if late > self.interval else 0
 
 
 class Watch:
@@ -33,7 +108,7 @@ class Watch:
     Values are namespaced as they are read (``"<name>/<key>"``, through the
     watch's ``KeyCache`` ``keys``), so the dict built by one poll is the
     record's ``metrics`` as is. Where the watch stands in background polling
-    is what it inherits from ``TimerSlot``. The rate and
+    is its `Slots`' (``slots``); its caller changes only through `swap_caller`. The rate and
     schedule keys are namespaced once here; the baseline keeps only the
     counters rates are derived from, in a small dict of its own, so a sink or
     a caller of ``step()`` changing a record's metrics cannot change a rate.
@@ -47,7 +122,7 @@ class Watch:
         "baseline_time",
         "keys",
         "max_values",
-        "background",
+        "slots",
         "interval",
         "step_key",
         "rates_seen",
@@ -73,11 +148,7 @@ class Watch:
         "timeout",
         "warned_key",
         "unlogged",
-        # where the watch stands in background polling (see timers): its k-th slot is origin + k * interval
-        "due",
-        "origin",
-        "slot",
-        "waiter",
+        "on_record",
     )
 
     def __init__(
@@ -95,6 +166,7 @@ class Watch:
         timeout: float,
         max_values: int,
         source: Source = EMPTY_SOURCE,
+        on_record: Callable[[Record], None] | None = None,
     ) -> None:
         self.target = target
         self.source = source  # Record.source of every record (the rank, in a job of several)
@@ -129,8 +201,9 @@ class Watch:
         self.next_threshold: float | None = None
         self.next_log: float | None = None  # Every.seconds: the next time on its grid
         self.warned_key = False
-        # polled by a background task: rates over less than half the interval are left out
-        self.background = False
+        # where the watch stands in background polling; while it runs, rates over less than half the interval are left out
+        self.slots = Slots(interval)
+        self.on_record = on_record  # called with each record logged (a reduction member publishes it)
         self.last_counter: float | None = None
         self.last_log_time: float | None = None
         self.has_logged = False
@@ -138,12 +211,8 @@ class Watch:
         self.failing = False
         self.capped = False
         self.unlogged: dict[str, float] | None = None  # the values of the last poll the schedule did not log
-        # no schedule, no rate named like a counter, snapshot() not overridden: the fast read may take the poll
-        self.plain = schedule is None and not self.rates_overlap and type(self).snapshot is Watch.snapshot
-        self.origin = 0.0
-        self.slot = 0
-        self.due = 0.0
-        self.waiter: asyncio.Future[Any] | None = None  # what its task awaits while the timers poll it
+        # no schedule, no rate named like a counter, no record hook: the fast read may take the poll
+        self.plain = schedule is None and not self.rates_overlap and on_record is None
         # a thread-offloaded stats() is flattened on its worker thread (see prepare)
         caller.owner = self
 
@@ -176,14 +245,14 @@ class Watch:
             # wandb keep one value per step) would only repeat it
             return None, dropped
         self.last_step = step
-        if since is not None and now - since < 0.5 * self.interval and (force or self.background):
+        if since is not None and now - since < 0.5 * self.interval and (force or self.slots.running):
             # a rate over a sliver of time (the final snapshot right after the last poll) is noise:
             # left out, and the baseline kept, so the next rate spans the whole time since it
             self.last_log_time = now
             self.has_logged = True
-            return new_record(self.name, step, _time(), metrics, self.source), dropped
+            return self._out(new_record(self.name, step, _time(), metrics, self.source)), dropped
         if since is not None and now > since and not self.rates_overlap:
-            return self._logged(metrics, now, since, step), dropped
+            return self._out(self._logged(metrics, now, since, step)), dropped
         counters = self._counters(metrics)
         if since is not None and now > since:
             self._add_rates(counters, metrics, now - since)
@@ -191,7 +260,13 @@ class Watch:
         self.baseline_time = self.last_log_time = now
         self.has_logged = True
         self.last_step = step
-        return new_record(self.name, step, _time(), metrics, self.source), dropped
+        return self._out(new_record(self.name, step, _time(), metrics, self.source)), dropped
+
+    def _out(self, record: Record) -> Record:
+        """A record this watch logs, shown to its record hook first (if any)."""
+        if self.on_record is not None:
+            self.on_record(record)
+        return record
 
     def fast(self, raw: dict[Any, Any]) -> Record | None:
         """The record of the common background poll in one piece, or ``None``: `snapshot` reads it in full.
@@ -206,9 +281,24 @@ class Watch:
         if metrics is None:
             return None
         now = _monotonic()
-        if now <= since or (self.background and now - since < 0.5 * self.interval):
+        if now <= since or (self.slots.running and now - since < 0.5 * self.interval):
             return None
         return self._logged(metrics, now, since, None if self.step_key is None else self._step(metrics))
+
+    def swap_caller(self, old: Caller, new: Caller) -> bool:
+        """Puts ``new`` in the place of ``old`` (a dead target resting or revived, a move to a thread).
+
+        ``False``, changing nothing, when ``old`` is not the caller any more.
+        """
+        if self.caller is not old:
+            return False
+        self.caller = new
+        return True
+
+    def take_unlogged(self) -> dict[str, float] | None:
+        """The values of the last poll its schedule did not log (once; ``None`` after)."""
+        unlogged, self.unlogged = self.unlogged, None
+        return unlogged
 
     def _step(self, metrics: Mapping[str, float]) -> int | None:
         """The step a snapshot gives (``watch(step=...)``): its ``step_key`` value as an int, if it has one."""

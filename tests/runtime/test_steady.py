@@ -131,7 +131,7 @@ def test_a_snapshot_over_the_cap_and_a_sliver_of_time_take_the_full_read(monkeyp
     assert not spy.snapshot(watch, {"a": 1, "b": 2, "c": 3})[2]  # over max_values: the full read cuts and counts
     clock[0] += 1.0
     assert spy.snapshot(watch, {"a": 1, "b": 2})[2]
-    watch.background = True
+    watch.slots.start(0.0)  # polled by a background task from now on
     clock[0] += 0.1  # a tenth of the interval after the last record: its rates would be noise
     assert not spy.snapshot(watch, {"a": 1, "b": 2})[2]
 
