@@ -80,7 +80,7 @@ def number(
         >>> number("Monitor", "queue_size", True, integer=True)
         Traceback (most recent call last):
         ...
-        monitor_async._core.exceptions.ConfigError: Monitor: queue_size must be an integer > 0, got True
+        monitor_async.ConfigError: Monitor: queue_size must be an integer > 0, got True
     """
     if value is None and none:
         return None

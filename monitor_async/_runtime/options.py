@@ -74,8 +74,8 @@ class WatchSpec:
 
     def __post_init__(self) -> None:
         choice("watch", "offload", self.offload, OFFLOADS)
-        number("Monitor", "poll_interval", self.poll_interval, unit="seconds", none=True)
-        number("Monitor", "timeout", self.timeout, unit="seconds", none=True)
+        number("watch", "poll_interval", self.poll_interval, unit="seconds", none=True)
+        number("watch", "timeout", self.timeout, unit="seconds", none=True)
 
 
 _SECONDS = ("poll_interval", "stop_timeout", "notify_timeout")

@@ -3,7 +3,7 @@
 A scheme the sink does not speak, no host, or a port out of 1..65535 is refused by the
 constructor, naming the sink, the option and what is allowed, the value shown redacted;
 nothing waits for the first delivery to fail. See
-[Endpoints checked at construction](../../docs/guarantees.md).
+[Endpoints checked at construction](../../docs/guarantees.md#endpoints-checked-at-construction-test_endpointspy).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ Every network sink is driven through a refused connection, a reply that never co
 ``Authorization`` header, as proxies do), with canary secrets in its URL and headers. No
 canary may appear in a log record (every logger, at DEBUG), an exception (text, repr,
 traceback), ``stats()``, a file under the run and spool folders (names and contents), or
-stdout and stderr. See [Secrets never printed](../../docs/guarantees.md).
+stdout and stderr. See [Secrets never printed](../../docs/guarantees.md#secrets-never-printed-test_secretspy).
 """
 
 from __future__ import annotations
