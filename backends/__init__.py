@@ -11,11 +11,12 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from monitor_async._core import BaseSink, LoggerSink, Report, Sink, ThreadedSink
+from monitor_async._core import BaseSink, Sink, ThreadedSink
 
 from ._csv import CSVSink
 from ._delivery import Backoff, Failure, ResilientSink, classify
 from ._jsonl import JSONLSink
+from ._logger import LoggerSink, Report
 from ._memory import MemorySink
 from ._tensorboard import TensorBoardSink
 from ._webhook import Webhook

@@ -8,15 +8,14 @@ import os
 import sys
 from collections.abc import Sequence
 
-from monitor_async._core import Ranks, Record, many_sources, source_text
+from monitor_async._core import Ranks, Record, many_sources
+from monitor_async._core.formats import CSV_HEADER, CSV_HEADER_SOURCE, csv_launch_row, source_text
 
 from ._files import LineSink
 from ._text import escape
 
 __all__ = ["CSVSink"]
 
-HEADER = "time,name,step,metric,value\n"
-HEADER_SOURCE = "time,name,step,metric,value,source\n"
 _ENTRY = 64
 """Bytes a cache entry costs besides its strings (its slot in the dict's table), for the budget."""
 
@@ -74,7 +73,7 @@ class CSVSink(LineSink):
         [['name', 'step', 'metric', 'value'], ['rb', '', 'rb/size', '3.0']]
     """
 
-    header = HEADER.encode()
+    header = CSV_HEADER.encode()
     cache_bytes = 4 << 20
     """About how many bytes the row templates and quoted names may hold (more starts them afresh)."""
 
@@ -85,7 +84,7 @@ class CSVSink(LineSink):
         # a sixth column for Record.source: asked for, or where records come from several processes
         self._source = many_sources() if source is None else bool(source)
         if self._source:
-            self.header = HEADER_SOURCE.encode()
+            self.header = CSV_HEADER_SOURCE.encode()
         self._ends: dict[object, str] = {}
         super().__init__(path, fsync=fsync, name=name, ranks=ranks)
         self.keys_escaped = 0
@@ -97,9 +96,7 @@ class CSVSink(LineSink):
     def launch_line(self, info: dict[str, object]) -> str:
         """A row named ``__launch__`` (metric ``__launch__/pid``, the process id as value): a new launch
         appending to this file, in the long format that ``csv.reader`` and pandas read."""
-        end = "," if self._source else ""
-        pid = info["pid"]
-        return f"{info['time']!r},__launch__,,__launch__/pid,{float(pid) if isinstance(pid, int) else 0.0!r}{end}\n"
+        return csv_launch_row(info, source=self._source)
 
     def counters(self) -> dict[str, float]:
         """``recreated`` (see ``LineSink``) and ``keys_escaped``: values written under an escaped key."""

@@ -30,9 +30,7 @@ import abc
 import contextlib
 import logging
 import os
-import socket
 import stat
-import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -41,23 +39,20 @@ import aiofiles
 import aiofiles.os
 
 from monitor_async._core import BaseSink, Ranks, Record, check_ranks, rank_path
-from monitor_async._version import __version__
+from monitor_async._core.formats import launch_info
 
 try:
     import fcntl
 except ImportError:  # Windows has no fcntl: appends are still whole, just not locked
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["LineFile", "LineSink", "launch_info"]
+__all__ = ["LineFile", "LineSink"]
 
 log = logging.getLogger("monitor_async")
 
 _CHUNK = 1 << 16
 
 
-def launch_info() -> dict[str, object]:
-    """What a launch marker says: when, which process on which host, and the package version."""
-    return {"time": time.time(), "pid": os.getpid(), "host": socket.gethostname(), "version": __version__}
 _Identity = tuple[int, int]
 _WRITTEN, _MOVED, _TRUNCATED = 0, 1, 2
 

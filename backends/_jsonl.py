@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from monitor_async._core import AlertEvent, Ranks, Record
+from monitor_async._core.formats import JSONL_ALERT, JSONL_LAUNCH, JSONL_RECORD_PARTS, JSONL_TIME
 
 from ._files import LineSink
 
@@ -64,7 +65,7 @@ class JSONLSink(LineSink):
 
     def launch_line(self, info: dict[str, object]) -> str:
         """``{"launch": {"time", "pid", "host", "version"}}``: a new launch appending to this file."""
-        return self._encode({"launch": info}) + "\n"
+        return self._encode({JSONL_LAUNCH: info}) + "\n"
 
     async def alert(self, event: AlertEvent) -> None:
         """Appends ``{"time": event.time, "alert": event.to_dict()}`` to the file (strict JSON: a
@@ -73,21 +74,22 @@ class JSONLSink(LineSink):
         Args:
             event: the [AlertEvent][monitor_async.AlertEvent].
         """
-        await self._file.write((self._encode({"time": event.time, "alert": event.to_dict()}) + "\n").encode())
+        await self._file.write((self._encode({JSONL_TIME: event.time, JSONL_ALERT: event.to_dict()}) + "\n").encode())
 
     def format(self, records: Sequence[Record]) -> str:
         """The lines of ``records`` as one block of text (what ``write`` appends)."""
         encode = self._encode
         names = self._names
+        at_time, at_name, at_step, at_metrics, at_source = JSONL_RECORD_PARTS
         lines: list[str] = []
         for r in records:
             name = names.get(r.name)
             if name is None:
                 name = self._name(r.name)
             step = "null" if r.step is None else str(r.step)
-            source = f',"source":{encode(dict(r.source))}' if r.source else ""  # where it came from
+            source = f"{at_source}{encode(dict(r.source))}" if r.source else ""  # where it came from
             lines.append(
-                f'{{"time":{encode(r.time)},"name":{name},"step":{step},"metrics":{encode(r.metrics)}{source}}}\n'
+                f"{at_time}{encode(r.time)}{at_name}{name}{at_step}{step}{at_metrics}{encode(r.metrics)}{source}}}\n"
             )
         return "".join(lines)
 

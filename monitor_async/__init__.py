@@ -29,13 +29,13 @@ from ._core.exceptions import (
     StatsTypeError,
     WatchTypeError,
 )
-from ._core.loggers import LoggerSink, Report
 from ._core.record import Record
 from ._core.schedule import Every
 from ._core.sink import BaseSink, Sink, ThreadedSink
 from ._runtime.monitor import Monitor
 from ._runtime.sync import LoggerMonitor, SyncMonitor
 from ._version import __version__
+from .backends._logger import LoggerSink, Report
 
 __all__ = [
     "Alert",

@@ -16,21 +16,10 @@ Examples:
     True
 """
 
+from ._core.formats import source_text
+from ._core.ranks import RANKS, Ranks, check_ranks, for_rank, keep_apart, many_sources, rank_path, serves
 from ._core.record import EMPTY_SOURCE, Source
-from ._core.world import (
-    RANKS,
-    Ranks,
-    World,
-    check_ranks,
-    for_rank,
-    keep_apart,
-    many_sources,
-    rank_path,
-    serves,
-    source_of,
-    source_text,
-    world,
-)
+from ._core.world import World, source_of, world
 from ._runtime.reduce import Reduce
 
 __all__ = [

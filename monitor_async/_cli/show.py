@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._core.alerts import AlertEvent
+from .._core.formats import source_text
 from .._core.names import RATE, split_rates
 from .._core.record import Record
 from .._core.text import count, eng
-from .._core.world import source_text
 from .runs import Launch, Run
 
 __all__ = ["MONITOR", "Summary", "alert_line", "describe", "duration", "episodes"]

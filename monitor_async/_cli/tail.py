@@ -10,24 +10,14 @@ from pathlib import Path
 from typing import TextIO
 
 from .._core.checks import number
-from .._core.record import Record
-from .runs import Follower, find_run_files
+from .runs import Run, load_run
 
 __all__ = ["tail"]
 
 
-def _latest(records: list[Record]) -> list[Record]:
-    """Each watch's last record, in the order the watches first appear."""
-    latest: dict[str, Record] = {}
-    for r in records:
-        latest[r.name] = r
-    return list(latest.values())
-
-
-def _open(path: str | Path) -> tuple[str, list[Path], str]:
-    """The run's format, its files, and the table's title (``tail <folder name>``)."""
-    kind, files = find_run_files(path)
-    return kind, files, f"tail {Path(path).resolve().name}"
+def _open(path: str | Path) -> tuple[Run, str]:
+    """The run, and the table's title (``tail <folder name>``)."""
+    return load_run(path), f"tail {Path(path).resolve().name}"
 
 
 async def tail(
@@ -59,39 +49,21 @@ async def tail(
 
     number("tail", "interval", interval, unit="seconds")
     out = sys.stdout if stream is None else stream
-    kind, files, title = await asyncio.to_thread(_open, path)
+    run, title = await asyncio.to_thread(_open, path)
     if live is None:
         live = importlib.util.find_spec("rich") is not None and bool(getattr(out, "isatty", lambda: False)())
-    followers = {f: Follower(f, kind) for f in files}
-
-    def read(latest: bool = False) -> list[Record]:
-        """The new records of every file; with ``latest``, only each watch's last (memory per watch)."""
-        if Path(path).is_dir():
-            try:
-                again, found = find_run_files(path)
-            except (FileNotFoundError, OSError):
-                found = []
-            for f in found:
-                if again == kind and f not in followers:
-                    followers[f] = Follower(f, kind)
-        out: list[Record] = []
-        for follower in list(followers.values()):
-            while True:  # a chunk at a time, so a large file's history is never all in memory
-                before = follower.offset
-                got = [item for _, item in follower.read_entries() if isinstance(item, Record)]
-                out = _latest(out + got) if latest else out + got
-                if follower.offset == before:
-                    break
-        return out
-
+    following = run.follow()
     stopped = stop or asyncio.Event()
-    async with ConsoleSink(out, min_interval=0, live=live, title=title, name="tail") as sink:
-        history = await asyncio.to_thread(read, True)
-        if history:
-            await sink.write(history)
-        while not stopped.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stopped.wait(), interval)
-            records = await asyncio.to_thread(read)
-            if records:
-                await sink.write(records)
+    try:
+        async with ConsoleSink(out, min_interval=0, live=live, title=title, name="tail") as sink:
+            history = await asyncio.to_thread(following.read, True)
+            if history:
+                await sink.write(history)
+            while not stopped.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stopped.wait(), interval)
+                records = await asyncio.to_thread(following.read)
+                if records:
+                    await sink.write(records)
+    finally:
+        following.close()

@@ -2,7 +2,8 @@
 
 Records and their provenance, the ``Sink`` protocol and its bases, ``Every``,
 the exception tree, the ``on_error`` policy, value reading, worker threads,
-running user code under a deadline, and this process's place in its job. The
+running user code under a deadline, this process's place in its job, which
+ranks a sink serves, and the file formats. The
 sinks in ``monitor_async.backends`` import from here only.
 """
 
@@ -23,24 +24,12 @@ from .exceptions import (
     StatsTypeError,
     WatchTypeError,
 )
-from .loggers import LoggerSink, Report
+from .formats import source_text
+from .ranks import RANKS, Ranks, check_ranks, for_rank, keep_apart, many_sources, rank_path, serves
 from .record import EMPTY_SOURCE, Record, Source
 from .schedule import Every
 from .sink import BaseSink, Sink, ThreadedAlertSink, ThreadedSink, WorkerSink
-from .world import (
-    RANKS,
-    Ranks,
-    World,
-    check_ranks,
-    for_rank,
-    keep_apart,
-    many_sources,
-    rank_path,
-    serves,
-    source_of,
-    source_text,
-    world,
-)
+from .world import World, source_of, world
 
 __all__ = [
     "EMPTY_SOURCE",
@@ -50,7 +39,6 @@ __all__ = [
     "ConfigError",
     "DeliveryError",
     "Every",
-    "LoggerSink",
     "MonitorClosedError",
     "MonitorError",
     "PartialWriteError",
@@ -58,7 +46,6 @@ __all__ = [
     "PollTimeoutError",
     "Ranks",
     "Record",
-    "Report",
     "RunNotFoundError",
     "Sink",
     "SinkClosedError",

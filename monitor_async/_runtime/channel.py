@@ -19,11 +19,12 @@ from typing import Any
 from .._core.alerts import AlertEvent
 from .._core.exceptions import PartialWriteError, SinkError
 from .._core.guard import as_error, call_guarded, must_propagate, within
-from .._core.loggers import as_sink, is_async_callable
+from .._core.loggers import is_async_callable
 from .._core.names import sink_label, unique
 from .._core.policy import ErrorPolicy, describe, log
 from .._core.record import Record
 from .._core.sink import ThreadedSink
+from ..backends._logger import as_sink
 from .queue import RecordQueue
 
 __all__ = ["EVENTS", "Channel", "channels_for", "flush_all", "write_all"]

@@ -14,9 +14,10 @@ from typing import Any
 from .._core.alerts import Alert, AlertEvent
 from .._core.guard import within_all
 from .._core.policy import ErrorPolicy, OnError, log
+from .._core.ranks import for_rank
 from .._core.schedule import Every
 from .._core.threads import WorkerPool
-from .._core.world import World, for_rank, source_of
+from .._core.world import World, source_of
 from .._core.world import world as detect_world
 from . import signals
 from .alerts import Engine, LoopLag
