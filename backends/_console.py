@@ -10,6 +10,7 @@ from typing import Any, TextIO
 
 from monitor_async._core import AlertEvent, Ranks, Record, ThreadedAlertSink, check_ranks
 from monitor_async._core.checks import number
+from monitor_async._core.text import clock
 
 from ._table import WatchTable, alert_line, eng, is_monitor, monitor_items, short, split_rates
 
@@ -22,12 +23,12 @@ def line(record: Record) -> str:
     A monitor watching itself gets its one-line summary instead:
     ``HH:MM:SS monitor: polls 309 · records 222 · dropped 0 · errors 0``.
     """
-    clock = time.strftime("%H:%M:%S", time.localtime(record.time))
+    when = clock(record.time)
     metrics = short(record)
     if is_monitor(metrics):
         items, _ = monitor_items(metrics)
-        return f"{clock} {record.name}: {' · '.join(items)}".replace("\n", "\\n")
-    parts = [clock, record.name]
+        return f"{when} {record.name}: {' · '.join(items)}".replace("\n", "\\n")
+    parts = [when, record.name]
     if record.step is not None:
         parts.append(f"step={record.step}")
     values, lone = split_rates(metrics)
@@ -166,8 +167,7 @@ class ConsoleSink(ThreadedAlertSink):
             self.table.alert(event)
             self._live.refresh()
             return
-        clock = time.strftime("%H:%M:%S", time.localtime(event.time))
-        self._emit([f"{clock} {alert_line(event)}"])
+        self._emit([f"{clock(event.time)} {alert_line(event)}"])
 
     def _emit(self, lines: list[str]) -> None:
         if not lines:

@@ -15,7 +15,7 @@ from typing import Any
 
 from monitor_async._core import AlertEvent, Record
 from monitor_async._core.names import split_rates
-from monitor_async._core.text import age, count, eng
+from monitor_async._core.text import age, clock, count, eng
 
 from ._alerts import episode
 
@@ -309,7 +309,7 @@ class WatchTable:
         if left_out:
             caption.append(_fit(f"+{count(len(left_out), 'more watch')}: {', '.join(left_out)}", width) + "\n", style="yellow")
         caption.rstrip()
-        title = f"{self.title} · {count(len(records), 'watch')} · {time.strftime('%H:%M:%S', time.localtime(now))}"
+        title = f"{self.title} · {count(len(records), 'watch')} · {clock(now)}"
         table = Table(
             title=Text(_fit(title, width), style="bold"),
             title_justify="left",
@@ -334,7 +334,7 @@ class WatchTable:
             value_lines, rate_lines = cells[i]
             row: list[Any] = [Text(r.name), steps[i], age(now - r.time)]
             if wider:
-                row += [time.strftime("%H:%M:%S", time.localtime(r.time)), eng(counts.get(r.name, 0))]
+                row += [clock(r.time), eng(counts.get(r.name, 0))]
             row.append(Text("\n".join(_cut(value_lines, most, room))))
             if wide:
                 row.append(Text("\n".join(_cut(rate_lines, most, rate_w))))

@@ -10,7 +10,6 @@ import bisect
 import itertools
 import math
 import os
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Any
 
 from .._core.names import RATE
 from .._core.record import Record
-from .._core.text import eng
+from .._core.text import clock, eng
 from .runs import Launch, Run
 from .show import MONITOR, episodes
 
@@ -258,11 +257,11 @@ def _page(
     fig = Figure(figsize=(cols * _PANEL_W, sum(heights) + 0.4), dpi=dpi, layout="constrained")
     FigureCanvasAgg(fig)
     fig.suptitle(
-        f"{_short(title, 60)} · {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(t0))}",
+        f"{_short(title, 60)} · {clock(t0, date=True)}",
         fontsize=12, fontweight="bold",
     )
     subfigs: Sequence[Any] = list(fig.subfigures(len(groups), 1, height_ratios=heights, squeeze=False)[:, 0])
-    since = f"seconds since {time.strftime('%H:%M:%S', time.localtime(t0))}"
+    since = f"seconds since {clock(t0)}"
     for sub, (name, group), n in zip(subfigs, groups.items(), rows, strict=True):
         by_step = group[0].by_step
         sub.suptitle(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,7 +11,7 @@ from .._core.alerts import AlertEvent
 from .._core.formats import source_text
 from .._core.names import RATE, split_rates
 from .._core.record import Record
-from .._core.text import count, eng
+from .._core.text import clock, count, eng
 from .runs import Launch, Run
 
 __all__ = ["MONITOR", "Summary", "alert_line", "describe", "duration", "episodes"]
@@ -32,10 +31,6 @@ def duration(seconds: float) -> str:
         return f"{minutes}m {secs:02d}s"
     hours, minutes = divmod(minutes, 60)
     return f"{hours}h {minutes:02d}m"
-
-
-def _clock(t: float, date: bool = False) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S" if date else "%H:%M:%S", time.localtime(t))
 
 
 @dataclass
@@ -125,7 +120,7 @@ def _watch(w: WatchSummary, timed: bool) -> list[str]:
     if w.first_step is not None:
         head.append(f"step {w.first_step} → {w.last_step}")
     if timed:
-        head.append(f"{_clock(w.first_time)} → {_clock(w.last_time)}")
+        head.append(f"{clock(w.first_time)} → {clock(w.last_time)}")
     values, lone = split_rates(last)
     rows = [(k, eng(first[k]), eng(v), "" if rate is None else f"{eng(rate)}/s") for k, v, rate in values]
     rows += [(f"{k}/s", f"{eng(first[k + RATE])}/s", f"{eng(rate)}/s", "") for k, rate in lone]
@@ -171,7 +166,7 @@ def alert_line(firing: AlertEvent, resolved: AlertEvent | None) -> str:
     else:
         state = f"firing → resolved after {duration(resolved.time - firing.time)}"
     message = f" · {firing.message}" if firing.message else ""
-    return f"{_clock(firing.time)}  {firing.severity:<8}  {firing.rule} ({where}) · {state}{message}"
+    return f"{clock(firing.time)}  {firing.severity:<8}  {firing.rule} ({where}) · {state}{message}"
 
 
 def describe(run: Run) -> list[str]:
@@ -203,14 +198,14 @@ def describe(run: Run) -> list[str]:
              count(summary.records, "record")]
     if run.timed:
         start, end = summary.start, summary.end
-        head.append(f"{_clock(start, date=True)} → {_clock(end)} ({duration(end - start)})")
+        head.append(f"{clock(start, date=True)} → {clock(end)} ({duration(end - start)})")
     text = " · ".join(head)
     if run.skipped:
         text += f" · {count(run.skipped, 'unreadable line')} skipped"
     lines.append(text)
     if summary.files_launches > 1:
         marks = ", ".join(
-            f"{_clock(launch.time)}" + (f" (pid {launch.info['pid']})" if "pid" in launch.info else "")
+            f"{clock(launch.time)}" + (f" (pid {launch.info['pid']})" if "pid" in launch.info else "")
             for launch in summary.launches[:5]
         )
         lines.append(f"{summary.files_launches} launches appended to the same file: later ones began at {marks}")

@@ -1,10 +1,11 @@
-"""Numbers and counts written for people: engineering notation, ages, plurals."""
+"""Numbers, counts and times written for people: engineering notation, ages, plurals, the clock."""
 
 from __future__ import annotations
 
 import math
+import time
 
-__all__ = ["age", "count", "eng"]
+__all__ = ["age", "clock", "count", "eng"]
 
 _SUFFIXES = ("", "k", "M", "G", "T", "P", "E")
 
@@ -63,3 +64,13 @@ def age(seconds: float) -> str:
         if s < limit:
             return f"{int(s // size)}{unit}"
     return "99d+"
+
+
+def clock(unix: float, *, date: bool = False) -> str:
+    """``unix`` (seconds since the epoch) as local time: ``HH:MM:SS``, with ``date`` ``YYYY-MM-DD HH:MM:SS``.
+
+    Examples:
+        >>> len(clock(0.0)), len(clock(0.0, date=True))
+        (8, 19)
+    """
+    return time.strftime("%Y-%m-%d %H:%M:%S" if date else "%H:%M:%S", time.localtime(unix))
