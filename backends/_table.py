@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from monitor_async._core import AlertEvent, Record
@@ -157,6 +158,36 @@ def _summary(name: str, items: Sequence[str], width: int) -> list[str]:
     return [_fit(line, width) for line in lines]
 
 
+@dataclass
+class Layout:
+    """What a `WatchTable` shows at one size: made by ``layout``, drawn by ``render``."""
+
+    width: int
+    now: float
+    watches: int
+    counts: dict[str, int]
+    rows: list[tuple[Record, dict[str, float]]] = field(default_factory=list)
+    """Each watch's last record and its short metrics (the monitor's own go to ``notes``)."""
+    notes: list[tuple[list[str], bool]] = field(default_factory=list)
+    """The monitor's summary lines under the table, and whether they report something wrong."""
+    steps: list[str] = field(default_factory=list)
+    cells: list[tuple[list[list[str]], list[list[str]]]] = field(default_factory=list)
+    """Each row's value lines and rate lines, wrapped to their columns."""
+    wide: bool = False
+    wider: bool = False
+    name_w: int = 0
+    step_w: int = 0
+    rate_w: int = 0
+    room: int = 0
+    """The width of the values column."""
+    between: bool = False
+    """Whether lines are drawn between rows."""
+    most: int = 1
+    """Lines shown of each row at most."""
+    shown: list[int] = field(default_factory=list)
+    left_out: list[str] = field(default_factory=list)
+
+
 class WatchTable:
     """The latest record of every watch, drawn as a rich table that fits the console it is drawn on.
 
@@ -246,97 +277,108 @@ class WatchTable:
             A ``rich.table.Table`` (its title and caption included) of at
             most ``width`` columns and ``height`` lines.
         """
-        from rich import box
-        from rich.table import Table
-        from rich.text import Text
+        return self._draw(self.layout(width, height))
 
+    def layout(self, width: int, height: int) -> Layout:
+        """What the table shows in ``width`` x ``height`` cells: columns, each row's lines, what gives way."""
         with self._lock:
             records = list(self._rows.values())
             counts = dict(self._counts)
-        now = self.clock()
-        rows: list[tuple[Record, dict[str, float]]] = []
-        notes: list[tuple[list[str], bool]] = []
+        out = Layout(width=width, now=self.clock(), watches=len(records), counts=counts)
         for r in records:
             m = short(r)
             if is_monitor(m):
                 items, wrong = monitor_items(m)
-                notes.append((_summary(r.name, items, width), wrong))
+                out.notes.append((_summary(r.name, items, width), wrong))
             else:
-                rows.append((r, m))
-
-        wide, wider = width >= WIDE, width >= WIDER
-        name_w = min(max([5] + [len(r.name) for r, _ in rows]), max(8, min(24, width // 5)))
-        steps = ["" if r.step is None else (str(r.step) if abs(r.step) < 1_000_000 else eng(r.step)) for r, _ in rows]
-        step_w = max([4] + [len(s) for s in steps])
-        fixed = [name_w, step_w, 4] + ([8, 7] if wider else [])
+                out.rows.append((r, m))
+        rows = out.rows
+        out.wide, out.wider = width >= WIDE, width >= WIDER
+        out.name_w = min(max([5] + [len(r.name) for r, _ in rows]), max(8, min(24, width // 5)))
+        out.steps = ["" if r.step is None else (str(r.step) if abs(r.step) < 1_000_000 else eng(r.step)) for r, _ in rows]
+        out.step_w = max([4] + [len(s) for s in out.steps])
+        fixed = [out.name_w, out.step_w, 4] + ([8, 7] if out.wider else [])
         room = max(width - sum(w + 3 for w in fixed) - 4, 12)  # "│ x " per column, then the last "│"
         prepared: list[tuple[list[str], list[str]]] = []
         for _, m in rows:
             values, lone = split_rates(m)
             rates = [f"{k} {eng(rate)}/s" for k, _, rate in values if rate is not None]
             rates += [f"{k} {eng(rate)}/s" for k, rate in lone]
-            if wide:
+            if out.wide:
                 prepared.append(([f"{k} {eng(v)}" for k, v, _ in values], rates))
             else:
                 items = [f"{k} {eng(v)}" + ("" if rate is None else f" ({eng(rate)}/s)") for k, v, rate in values]
                 prepared.append((items + [f"{k} {eng(rate)}/s" for k, rate in lone], []))
-        rate_w = 0
-        if wide:
-            rate_w = min(max([5] + [len("  ".join(rt)) for _, rt in prepared]), max(20, room // 3))
-            room -= rate_w + 3
-        cells = [(_wrap(v, room), _wrap(rt, rate_w)) for v, rt in prepared]
+        if out.wide:
+            out.rate_w = min(max([5] + [len("  ".join(rt)) for _, rt in prepared]), max(20, room // 3))
+            room -= out.rate_w + 3
+        out.room = room
+        out.cells = [(_wrap(v, room), _wrap(rt, out.rate_w)) for v, rt in prepared]
+        self._give_way(out, height)
+        return out
 
-        # what gives way to the height: lines between rows, then lines of each row, then rows
-        below = sum(len(lines) for lines, _ in notes)
+    @staticmethod
+    def _give_way(out: Layout, height: int) -> None:
+        """What gives way to the height: lines between rows, then lines of each row, then rows."""
+        below = sum(len(lines) for lines, _ in out.notes)
 
         def fits(tall: list[int], between: bool = False, more: int = 0) -> bool:
             return _CHROME + below + more + sum(tall) + (len(tall) - 1 if between else 0) <= height
 
-        tall = [max(len(v), len(rt), 1) for v, rt in cells]
-        between = fits(tall, between=True)
+        tall = [max(len(v), len(rt), 1) for v, rt in out.cells]
+        out.between = fits(tall, between=True)
         most = max(tall, default=1)
         while most > 1 and not fits([min(t, most) for t in tall]):
             most -= 1
-        shown = list(range(len(rows)))
+        shown = list(range(len(out.rows)))
         if not fits([min(t, most) for t in tall]):
             while shown and not fits([min(tall[i], most) for i in shown], more=1):
                 shown.pop()
-        left_out = [r.name for r, _ in rows[len(shown):]]
+        out.most, out.shown = most, shown
+        out.left_out = [r.name for r, _ in out.rows[len(shown):]]
 
+    def _draw(self, out: Layout) -> Any:
+        """The ``rich.table.Table`` of a layout."""
+        from rich import box
+        from rich.table import Table
+        from rich.text import Text
+
+        width = out.width
         caption = Text()
-        for lines, wrong in notes:
+        for lines, wrong in out.notes:
             caption.append("\n".join(lines) + "\n", style="bold red" if wrong else "")
-        if left_out:
-            caption.append(_fit(f"+{count(len(left_out), 'more watch')}: {', '.join(left_out)}", width) + "\n", style="yellow")
+        if out.left_out:
+            more = f"+{count(len(out.left_out), 'more watch')}: {', '.join(out.left_out)}"
+            caption.append(_fit(more, width) + "\n", style="yellow")
         caption.rstrip()
-        title = f"{self.title} · {count(len(records), 'watch')} · {clock(now)}"
+        title = f"{self.title} · {count(out.watches, 'watch')} · {clock(out.now)}"
         table = Table(
             title=Text(_fit(title, width), style="bold"),
             title_justify="left",
             caption=caption if caption else None,
             caption_justify="left",
             box=box.ROUNDED,
-            show_lines=between,
+            show_lines=out.between,
             expand=True,
             header_style="bold",
         )
-        table.add_column("watch", width=name_w, no_wrap=True, overflow="ellipsis", style="cyan")
-        table.add_column("step", width=step_w, justify="right", no_wrap=True)
+        table.add_column("watch", width=out.name_w, no_wrap=True, overflow="ellipsis", style="cyan")
+        table.add_column("step", width=out.step_w, justify="right", no_wrap=True)
         table.add_column("age", width=4, justify="right", no_wrap=True)
-        if wider:
+        if out.wider:
             table.add_column("time", width=8, justify="right", no_wrap=True)
             table.add_column("records", width=7, justify="right", no_wrap=True)
         table.add_column("values", ratio=1, no_wrap=True, overflow="ellipsis")
-        if wide:
-            table.add_column("rates", width=rate_w, no_wrap=True, overflow="ellipsis")
-        for i in shown:
-            r = rows[i][0]
-            value_lines, rate_lines = cells[i]
-            row: list[Any] = [Text(r.name), steps[i], age(now - r.time)]
-            if wider:
-                row += [clock(r.time), eng(counts.get(r.name, 0))]
-            row.append(Text("\n".join(_cut(value_lines, most, room))))
-            if wide:
-                row.append(Text("\n".join(_cut(rate_lines, most, rate_w))))
+        if out.wide:
+            table.add_column("rates", width=out.rate_w, no_wrap=True, overflow="ellipsis")
+        for i in out.shown:
+            r = out.rows[i][0]
+            value_lines, rate_lines = out.cells[i]
+            row: list[Any] = [Text(r.name), out.steps[i], age(out.now - r.time)]
+            if out.wider:
+                row += [clock(r.time), eng(out.counts.get(r.name, 0))]
+            row.append(Text("\n".join(_cut(value_lines, out.most, out.room))))
+            if out.wide:
+                row.append(Text("\n".join(_cut(rate_lines, out.most, out.rate_w))))
             table.add_row(*row)
         return table
