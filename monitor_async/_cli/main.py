@@ -10,10 +10,17 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import __version__
 from .._core.exceptions import RunNotFoundError
 from .._core.text import count
+
+if TYPE_CHECKING:
+    from .runs import Run
+
+Handler = Callable[[argparse.Namespace, argparse.ArgumentParser], int]
+"""What a command runs: its parsed arguments and the parser (for usage errors) give its exit code."""
 
 RUN_HELP = (
     "a run's folder (the metrics.jsonl or metrics.csv the sinks wrote, a TorchRL CSVLogger folder, "
@@ -101,6 +108,9 @@ def _parser() -> argparse.ArgumentParser:
         "to resolved (with its duration), or still firing.",
     )
     alerts.add_argument("run", metavar="RUN", help=RUN_HELP)
+    for sub, handler in ((demo, _demo), (show, _show), (plot, _plot), (tail, _tail), (export, _export),
+                         (alerts, _alerts)):
+        sub.set_defaults(handler=handler)
     return parser
 
 
@@ -121,7 +131,8 @@ def _keep(globs: Sequence[str]) -> Callable[[str, str], bool]:
     return keep
 
 
-def _run(args: argparse.Namespace) -> int:
+def _load(args: argparse.Namespace) -> Run | None:
+    """The run ``args.run`` names, its metrics picked by ``--metric``; None (said on stderr) when none matches."""
     from .runs import load_run
 
     run = load_run(args.run)
@@ -130,45 +141,84 @@ def _run(args: argparse.Namespace) -> int:
         if next(run.iter_records(), None) is not None and next(selected.iter_records(), None) is None:
             print(f"monitor-async {args.command}: no metric of {args.run} matches {' '.join(args.metric)}",
                   file=sys.stderr)
-            return 1
+            return None
         run = selected
-    if args.command == "show":
-        from .show import describe
+    return run
 
-        print("\n".join(describe(run)))
-        return 0
-    if args.command == "alerts":
-        from .show import Summary, alert_line, episodes
 
-        found = episodes(Summary.of(run).alerts)
-        if not found:
-            print(f"no alert events in {run.path}")
-        for firing, resolved in found:
-            print(alert_line(firing, resolved))
-        return 0
-    if args.command == "export":
-        from .export import write_wide
+def _demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    if not args.seconds > 0:
+        parser.error("--seconds must be a positive number")
+    from .demo import main as demo
 
-        if args.wide == "-":
-            rows = write_wide(run, sys.stdout)
-        else:
-            _writable(args.wide)
-            names: set[str] = set()
-            with open(args.wide, "w", newline="", encoding="utf-8") as out:
-                rows = write_wide(run, out, watches=names)
-            print(f"wrote {args.wide}: {count(rows, 'row')} of {count(len(names), 'watch')}")
+    return demo(args.seconds, args.logdir, console=not args.no_console, stall=args.stall)
+
+
+def _tail(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    if not args.interval > 0:
+        parser.error("--interval must be a positive number")
+    from .tail import tail
+
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how tail ends; the table stays on screen
+        asyncio.run(tail(args.run, interval=args.interval))
+    return 0
+
+
+def _show(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from .show import describe
+
+    run = _load(args)
+    if run is None:
+        return 1
+    print("\n".join(describe(run)))
+    return 0
+
+
+def _alerts(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from .show import Summary, alert_line, episodes
+
+    run = _load(args)
+    if run is None:
+        return 1
+    found = episodes(Summary.of(run).alerts)
+    if not found:
+        print(f"no alert events in {run.path}")
+    for firing, resolved in found:
+        print(alert_line(firing, resolved))
+    return 0
+
+
+def _export(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from .export import write_wide
+
+    run = _load(args)
+    if run is None:
+        return 1
+    if args.wide == "-":
+        write_wide(run, sys.stdout)
         return 0
+    _writable(args.wide)
+    names: set[str] = set()
+    with open(args.wide, "w", newline="", encoding="utf-8") as out:
+        rows = write_wide(run, out, watches=names)
+    print(f"wrote {args.wide}: {count(rows, 'row')} of {count(len(names), 'watch')}")
+    return 0
+
+
+def _plot(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    if not (args.per_page >= 1 and args.max_pages >= 1):
+        parser.error("--per-page and --max-pages must be at least 1")
     from .plot import plot_run
 
+    run = _load(args)
+    if run is None:
+        return 1
     output = Path(args.output) if args.output else (run.path if run.path.is_dir() else run.path.parent) / "plot.png"
     _writable(str(output))
     try:
         result = plot_run(run, output, constant=args.all, monitor=args.all or args.monitor,
                           per_page=args.per_page, max_pages=args.max_pages)
-    except ImportError as exc:
-        print(f"monitor-async plot: {exc}", file=sys.stderr)
-        return 1
-    except ValueError as exc:
+    except (ImportError, ValueError) as exc:
         print(f"monitor-async plot: {exc}", file=sys.stderr)
         return 1
     watches = len({p.watch for p in result.panels})
@@ -199,25 +249,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = _parser()
     args = parser.parse_args(argv)
+    handler: Handler | None = getattr(args, "handler", None)
+    if handler is None:
+        parser.print_help()
+        return 0
     try:
-        if args.command == "demo":
-            if not args.seconds > 0:
-                parser.error("--seconds must be a positive number")
-            from .demo import main as demo
-
-            return demo(args.seconds, args.logdir, console=not args.no_console, stall=args.stall)
-        if args.command == "tail":
-            if not args.interval > 0:
-                parser.error("--interval must be a positive number")
-            from .tail import tail
-
-            with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how tail ends; the table stays on screen
-                asyncio.run(tail(args.run, interval=args.interval))
-            return 0
-        if args.command in ("show", "plot", "export", "alerts"):
-            if args.command == "plot" and not (args.per_page >= 1 and args.max_pages >= 1):
-                parser.error("--per-page and --max-pages must be at least 1")
-            return _run(args)
+        return handler(args, parser)
     except RunNotFoundError as exc:
         print(f"monitor-async {args.command}: {exc}", file=sys.stderr)
         return 1
@@ -231,5 +268,3 @@ def main(argv: Sequence[str] | None = None) -> int:
             text = f"cannot use {exc.filename}: {exc.strerror or exc}"
         print(f"monitor-async {args.command}: {text or exc}", file=sys.stderr)
         return 2
-    parser.print_help()
-    return 0
