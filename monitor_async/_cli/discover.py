@@ -136,6 +136,11 @@ def find_run_files(path: str | os.PathLike[str]) -> tuple[str, list[Path]]:
                 f"starting with {','.join(CSV_COLUMNS)}, a TorchRL CSVLogger scalar file or a TensorBoard event file"
             )
         return kind[0], [root]
+    return _in_folder(root)
+
+
+def _in_folder(root: Path) -> tuple[str, list[Path]]:
+    """The format and files of the run in the folder ``root``, in the order the guide gives."""
     found: dict[tuple[str, bool], list[Path]] = {}
     for child in _listdir(root):
         kind = _kind(child)

@@ -58,6 +58,13 @@ def _parser() -> argparse.ArgumentParser:
         help="make the collector stop producing frames part way, to see the alert it raises",
     )
 
+    _run_commands(commands)
+    demo.set_defaults(handler=_demo)
+    return parser
+
+
+def _run_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The commands that read a run: show, plot, tail, export, alerts."""
     show = commands.add_parser(
         "show", help="print a run: watches, metrics, records, time span, first and last values, rates",
         description="Prints a run: its watches, metrics, records and time span, and per metric its first "
@@ -108,10 +115,8 @@ def _parser() -> argparse.ArgumentParser:
         "to resolved (with its duration), or still firing.",
     )
     alerts.add_argument("run", metavar="RUN", help=RUN_HELP)
-    for sub, handler in ((demo, _demo), (show, _show), (plot, _plot), (tail, _tail), (export, _export),
-                         (alerts, _alerts)):
+    for sub, handler in ((show, _show), (plot, _plot), (tail, _tail), (export, _export), (alerts, _alerts)):
         sub.set_defaults(handler=handler)
-    return parser
 
 
 def _writable(path: str) -> None:
