@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from monitor_async._core import AlertEvent, Ranks, Record
-from monitor_async._core.formats import JSONL_ALERT, JSONL_LAUNCH, JSONL_RECORD_PARTS, JSONL_TIME
+from monitor_async._core.formats import JSONL_ALERT, JSONL_RECORD_PARTS, JSONL_TIME, jsonl_launch_line
 
 from ._files import LineSink
 
@@ -65,7 +65,7 @@ class JSONLSink(LineSink):
 
     def launch_line(self, info: dict[str, object]) -> str:
         """``{"launch": {"time", "pid", "host", "version"}}``: a new launch appending to this file."""
-        return self._encode({JSONL_LAUNCH: info}) + "\n"
+        return jsonl_launch_line(info, self._encode)
 
     async def alert(self, event: AlertEvent) -> None:
         """Appends ``{"time": event.time, "alert": event.to_dict()}`` to the file (strict JSON: a

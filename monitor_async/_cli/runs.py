@@ -98,7 +98,7 @@ class Run:
         """Follows the run as its files grow (and new files of its format appear in its folder).
 
         Returns:
-            A [RunFollower][monitor_async._cli.follow.RunFollower]: each ``read()``
+            A `RunFollower`: each ``read()``
             gives the records added since the last.
         """
         return RunFollower(self.path, self.kind, list(self.files))

@@ -10,6 +10,10 @@ Examples:
     '1.5,__launch__,,__launch__/pid,42.0\\n'
     >>> csv_launch(["1.5", "__launch__", "", "__launch__/pid", "42.0"])
     {'time': 1.5, 'pid': 42}
+
+A launch mark is written by ``csv_launch_row`` and ``jsonl_launch_line`` from
+``launch_info()``, and read by ``csv_launch`` and ``jsonl_launch``: what a
+mark says is changed here, for both formats and both directions.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import math
 import os
 import socket
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .._version import __version__
@@ -42,6 +46,7 @@ __all__ = [
     "csv_launch_row",
     "finite",
     "jsonl_launch",
+    "jsonl_launch_line",
     "launch_info",
     "parse_source",
     "source_text",
@@ -92,6 +97,11 @@ def csv_launch(fields: Sequence[str]) -> dict[str, Any] | None:
         return {"time": float(fields[0]), "pid": int(float(fields[4]))}
     except (ValueError, IndexError, OverflowError):
         return None
+
+
+def jsonl_launch_line(info: Mapping[str, object], encode: Callable[[object], str]) -> str:
+    """The JSONL line marking the launch ``info`` describes: ``{"launch": info}``, encoded with ``encode``."""
+    return encode({JSONL_LAUNCH: info}) + "\n"
 
 
 def jsonl_launch(obj: Mapping[str, Any]) -> dict[str, Any] | None:
