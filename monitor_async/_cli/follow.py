@@ -48,13 +48,13 @@ class Follower:
     """
 
     def __init__(self, path: Path, kind: str) -> None:
+        self._file: Any = None
+        self._identity: tuple[int, int] | None = None
         self.path = path
         self.kind = kind
         self.parser = PARSERS[kind](path)
         self.offset = 0
         """Bytes of the file read so far."""
-        self._file: Any = None
-        self._identity: tuple[int, int] | None = None
 
     @property
     def skipped(self) -> int:
