@@ -84,12 +84,13 @@ def alertmanager_alert(event: AlertEvent) -> dict[str, Any]:
         >>> e = AlertEvent("stalled */frames", "firing", "warning", "collector", "collector/frames",
         ...                120000.0, 0.0, 62.0, {"rank": 3}, "collector/frames has not increased for 62 s")
         >>> alertmanager_alert(e)["labels"]
-        {'rank': '3', 'alertname': 'stalled */frames', 'severity': 'warning', 'watch': 'collector', 'metric': 'collector/frames'}
+        {'alertname': 'stalled */frames', 'severity': 'warning', 'watch': 'collector', 'metric': 'collector/frames', 'rank': '3'}
     """
-    labels = {_label_name(k): str(v) for k, v in event.source.items()}
-    labels.update(alertname=event.rule, severity=event.severity, watch=event.watch)
+    labels = {"alertname": event.rule, "severity": event.severity, "watch": event.watch}
     if event.metric:
         labels["metric"] = event.metric
+    for key, value in event.source.items():
+        labels.setdefault(_label_name(key), str(value))  # a source field never hides the event's own labels
     annotations = {"summary": event.message or message([event])}
     if event.value is not None:
         annotations["value"] = str(event.value)
