@@ -8,6 +8,8 @@ of 3 s so that a test sees it time out an alert nobody re-sends. What the docs p
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -19,7 +21,7 @@ import pytest
 from monitor_async import Alert, AlertEvent, ConfigError, Monitor
 from monitor_async.backends import Backoff, Webhook
 from tests.support.checks import wait_until
-from tests.support.network import free_port
+from tests.support.network import Receiver, free_port
 from tests.support.prometheus_servers import AlertmanagerServer, eventually
 
 RESOLVE_TIMEOUT = 3.0
@@ -134,6 +136,30 @@ async def test_an_alert_fired_while_alertmanager_is_down_reaches_it_once_it_is_u
             assert alert["labels"] == {"alertname": "am outage", "severity": "critical", "watch": "am_down", "rank": "2"}
             await webhook.flush()
     assert webhook.counters()["delivered"] == 1
+
+
+async def test_resends_do_not_pile_up_during_an_outage_and_stop_once_the_alert_resolves(receiver: Receiver) -> None:
+    receiver.ensure_started()
+    receiver.requests.clear()
+    every = 0.1
+    firing = AlertEvent("am resent", "firing", "warning", "am_resent", None, None, time.time(), time.time(), {}, "")
+    resolved = dataclasses.replace(firing, state="resolved", time=time.time() + 1)
+    async with Webhook(receiver.url, format="alertmanager", group_window=0.0, resend_interval=every, backoff=FAST) as hook:
+        await hook.alert(firing)
+        await wait_until(lambda: len(receiver.answered()) >= 3, what="re-sends while the alert fires")
+        assert {r.path for r in receiver.requests} == {"/api/v2/alerts"}
+        receiver.stop()
+        await wait_until(lambda: hook.counters()["retries"] >= 10, timeout=30, what="an outage of many re-send intervals")
+        before = len(receiver.answered())
+        receiver.start()
+        await wait_until(lambda: hook.counters()["pending"] == 0 and len(receiver.answered()) > before, timeout=30)
+        assert len(receiver.answered()) - before <= 2, "one post waited out the outage, not one per interval"
+
+        await hook.alert(resolved)
+        await wait_until(lambda: "endsAt" in json.loads(receiver.answered()[-1].body)[0], what="the resolved alert")
+        count = len(receiver.requests)
+        await asyncio.sleep(5 * every)  # nothing to wait for: the re-sends that must not come
+        assert len(receiver.requests) == count, "no re-send once the alert resolved"
 
 
 def test_a_bare_address_posts_to_the_alerts_api_and_bad_options_are_refused() -> None:
