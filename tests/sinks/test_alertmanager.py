@@ -23,19 +23,10 @@ from monitor_async.backends import Backoff, Webhook
 from tests.support.checks import wait_until
 from tests.support.network import Receiver, free_port
 from tests.support.prometheus_servers import AlertmanagerServer, eventually
+from tests.support.targets import Settable
 
 RESOLVE_TIMEOUT = 3.0
 FAST = Backoff(first=0.05, cap=0.2)
-
-
-class Settable:
-    """Answers ``values`` until a test changes them."""
-
-    def __init__(self, **values: float) -> None:
-        self.values = dict(values)
-
-    def stats(self) -> dict[str, float]:
-        return dict(self.values)
 
 
 @pytest.fixture(scope="module")
@@ -62,12 +53,12 @@ def unix(text: str) -> float:
 async def test_a_firing_rule_is_an_alert_with_its_labels_and_resolves_with_the_rule(
     alertmanager: AlertmanagerServer,
 ) -> None:
-    learner = Settable(loss=0.5)
+    learner = Settable({"loss": 0.5})
     rule = Alert.above("am_learner/loss", 1.0, severity="critical")
     monitor = Monitor(hook(alertmanager), poll_interval=0.05, alerts=[rule])
     monitor.watch(learner, name="am_learner")
     async with monitor:
-        learner.values["loss"] = 5.0
+        learner.value = {"loss": 5.0}
         began = time.time()
         (alert,) = await eventually(alertmanager.alerts, lambda a: of(a, watch="am_learner"), "the firing alert")
         assert alert["labels"] == {
@@ -79,16 +70,16 @@ async def test_a_firing_rule_is_an_alert_with_its_labels_and_resolves_with_the_r
         assert alert["status"]["state"] == "active"
         assert began - 5 < unix(alert["startsAt"]) <= time.time()
 
-        learner.values["loss"] = 0.25
+        learner.value = {"loss": 0.25}
         await eventually(alertmanager.alerts, lambda a: not of(a, watch="am_learner"), "the alert to resolve")
 
 
 async def test_sibling_alerts_of_one_rule_are_one_group(alertmanager: AlertmanagerServer) -> None:
-    targets = {name: Settable(loss=5.0) for name in ("am_actor_0", "am_actor_1")}
+    targets = {name: Settable({"loss": 5.0}) for name in ("am_actor_0", "am_actor_1")}
     monitor = Monitor(hook(alertmanager), poll_interval=0.05, alerts=[Alert.above("am_actor_*/loss", 1.0, name="loss too high")])
     for name, target in targets.items():
         monitor.watch(target, name=name)
-    monitor.watch(Settable(loss=0.5), name="am_actor_2")  # below the threshold: not in the group
+    monitor.watch(Settable({"loss": 0.5}), name="am_actor_2")  # below the threshold: not in the group
     async with monitor:
         groups = await eventually(
             alertmanager.groups, lambda gs: len(of([a for g in gs for a in g["alerts"]], alertname="loss too high")) == 2,
@@ -97,14 +88,14 @@ async def test_sibling_alerts_of_one_rule_are_one_group(alertmanager: Alertmanag
         (group,) = [g for g in groups if g["labels"] == {"alertname": "loss too high"}]
         assert sorted(a["labels"]["watch"] for a in group["alerts"]) == ["am_actor_0", "am_actor_1"]
         for target in targets.values():
-            target.values["loss"] = 0.0
+            target.value = {"loss": 0.0}
         await eventually(alertmanager.alerts, lambda a: not of(a, alertname="loss too high"), "the group to resolve")
 
 
 async def test_an_alert_still_firing_is_resent_so_alertmanager_keeps_it(alertmanager: AlertmanagerServer) -> None:
     now = time.time()
     once = AlertEvent("am posted once", "firing", "warning", "am_once", None, None, now, now, {}, "posted once")
-    learner = Settable(loss=5.0)
+    learner = Settable({"loss": 5.0})
     async with hook(alertmanager, resend_interval=3600.0) as not_resending:
         monitor = Monitor(hook(alertmanager), poll_interval=0.05, alerts=[Alert.above("am_kept/loss", 1.0)])
         monitor.watch(learner, name="am_kept")
@@ -118,7 +109,7 @@ async def test_an_alert_still_firing_is_resent_so_alertmanager_keeps_it(alertman
             await wait_until(lambda: time.monotonic() - began > RESOLVE_TIMEOUT + 0.5, timeout=30)
             kept = of(await asyncio.to_thread(alertmanager.alerts), watch="am_kept")
             assert [a["status"]["state"] for a in kept] == ["active"], "a re-sent alert outlives resolve_timeout"
-            learner.values["loss"] = 0.0
+            learner.value = {"loss": 0.0}
             await eventually(alertmanager.alerts, lambda a: not of(a, watch="am_kept"), "the re-sent alert to resolve")
 
 

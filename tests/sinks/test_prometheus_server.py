@@ -19,16 +19,7 @@ from monitor_async import Alert, Monitor, Record
 from monitor_async.backends import PrometheusSink
 from tests.support.network import free_port
 from tests.support.prometheus_servers import PrometheusServer, eventually
-
-
-class Settable:
-    """Answers ``values`` until a test changes them."""
-
-    def __init__(self, **values: float) -> None:
-        self.values = dict(values)
-
-    def stats(self) -> dict[str, float]:
-        return dict(self.values)
+from tests.support.targets import Settable
 
 
 class Counting:
@@ -54,7 +45,7 @@ def values(answer: list[tuple[dict[str, str], float]]) -> dict[str, float]:
 
 
 async def test_every_gauge_reaches_prometheus_with_its_labels_and_latest_value(prometheus: PrometheusServer) -> None:
-    collector, buffer = Settable(frames=100, episodes=2), Settable(size=10)
+    collector, buffer = Settable({"frames": 100, "episodes": 2}), Settable({"size": 10})
     async with PrometheusSink(port=prometheus.targets["monitor"]) as sink:
         await sink.write([Record("gauges_learner", 7, time.time(), {"gauges_learner/loss": 0.5}, {"rank": 1})])
         monitor = Monitor(sink, poll_interval=0.1)
@@ -78,7 +69,7 @@ async def test_every_gauge_reaches_prometheus_with_its_labels_and_latest_value(p
             stamps = prometheus.query('monitor_async_last_record_timestamp_seconds{watch=~"gauges_.*"}')
             assert set(values(stamps)) == {"gauges_collector", "gauges_buffer", "gauges_learner"}
 
-            collector.values["frames"] = 250.0
+            collector.value = {"frames": 250.0, "episodes": 2}
             await eventually(
                 lambda: values(prometheus.query('monitor_async_frames{watch="gauges_collector"}')),
                 lambda latest: latest == {"gauges_collector": 250.0}, "the latest value of frames in Prometheus",
@@ -99,7 +90,7 @@ async def test_rate_of_a_counter_matches_the_targets_rate(prometheus: Prometheus
 
 
 async def test_a_firing_rule_is_an_ALERTS_series_until_it_resolves(prometheus: PrometheusServer) -> None:
-    learner = Settable(loss=0.5)
+    learner = Settable({"loss": 0.5})
     rule = Alert.above("alerts_learner/loss", 1.0, severity="critical")
     async with PrometheusSink(port=prometheus.targets["monitor"]) as sink:
         monitor = Monitor(sink, poll_interval=0.05, alerts=[rule])
@@ -108,7 +99,7 @@ async def test_a_firing_rule_is_an_ALERTS_series_until_it_resolves(prometheus: P
             await eventually(lambda: prometheus.query('monitor_async_loss{watch="alerts_learner"}'), bool,
                              "the learner's loss in Prometheus")
             assert prometheus.query('ALERTS{watch="alerts_learner"}') == []
-            learner.values["loss"] = 5.0
+            learner.value = {"loss": 5.0}
             ((labels, value),) = await eventually(
                 lambda: prometheus.query('ALERTS{alertstate="firing", watch="alerts_learner"}'), bool,
                 "the firing rule in ALERTS",
@@ -117,7 +108,7 @@ async def test_a_firing_rule_is_an_ALERTS_series_until_it_resolves(prometheus: P
             assert {k: labels[k] for k in ("alertname", "alertstate", "severity", "watch")} == {
                 "alertname": rule.name, "alertstate": "firing", "severity": "critical", "watch": "alerts_learner",
             }
-            learner.values["loss"] = 0.25
+            learner.value = {"loss": 0.25}
             await eventually(lambda: prometheus.query('ALERTS{watch="alerts_learner"}'), lambda a: a == [],
                              "the resolved rule to leave ALERTS")
 
@@ -126,8 +117,8 @@ async def test_a_monitor_that_went_away_is_marked_stale(prometheus: PrometheusSe
     port = prometheus.targets["leaving"]
     sink = PrometheusSink(port=port)
     monitor = Monitor(sink, poll_interval=0.1)
-    monitor.watch(Settable(frames=3), name="leaving_collector")
-    monitor.watch(Settable(frames=4), name="leaving_idle")
+    monitor.watch(Settable({"frames": 3}), name="leaving_collector")
+    monitor.watch(Settable({"frames": 4}), name="leaving_idle")
     async with monitor:
         await eventually(lambda: values(prometheus.query('monitor_async_frames{job="leaving"}')),
                          lambda seen: seen == {"leaving_collector": 3.0, "leaving_idle": 4.0}, "both watches' frames")
