@@ -63,6 +63,7 @@ def message(events: Sequence[AlertEvent]) -> str:
 
 
 def _rfc3339(unix: float) -> str:
+    """Unix time as Alertmanager reads a time: RFC 3339 in UTC, to the millisecond."""
     return datetime.fromtimestamp(unix, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
