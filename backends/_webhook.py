@@ -198,7 +198,7 @@ class Webhook(ResilientSink):
             loop.call_soon_threadsafe(self._add, event)
 
     def body(self, events: Sequence[AlertEvent]) -> dict[str, Any] | list[dict[str, Any]]:
-        """The JSON body of one post for ``events`` (one rule, one state), in this webhook's format."""
+        """The JSON body of one post for ``events`` (one rule and state; Alertmanager's list takes any), in this webhook's format."""
         if self.format == "alertmanager":
             return [alertmanager_alert(e) for e in events]
         if self.format == "json":
