@@ -5,7 +5,11 @@ On the caller's thread a push is only a ``snapshot``, a time stamp and a
 in the training loop nor slow it. Pushes are counted with
 ``itertools.count`` (``next()`` is atomic, ``+= 1`` is not), so the dropped
 ones are exactly ``pushed - taken - waiting``. The first push after a drain
-schedules one drain ``DRAIN_DELAY`` s later, bounding the loop's wake-ups.
+schedules one drain ``DRAIN_DELAY`` s later, bounding the loop's wake-ups at
+low rates; a push that finds the buffer half full wakes the loop at once (one
+wake-up per crossing), so a steady high rate is drained before it overflows.
+A push that finds it full starts a streak of drops: one warning then, one
+when no push was dropped for ``QUIET`` s (or at the next drain without a loop).
 The drain makes each push a [Record][monitor_async.Record] with the same
 rules as a polled snapshot ([pushing](pushing.md#what-it-guarantees)).
 """
@@ -16,20 +20,24 @@ import asyncio
 import contextlib
 import itertools
 import operator
+import threading
 from collections import deque
 from collections.abc import Mapping
 from time import time as _time
 from typing import Any
 
-from .._core.policy import ErrorPolicy, describe
+from .._core.policy import ErrorPolicy, describe, log
 from .._core.record import EMPTY_SOURCE, Record, Source, new_record
 from .._core.values import MAX_DEPTH, KeyCache, read
 from .fanout import AlertFeed, Fanout
 
-__all__ = ["DRAIN_DELAY", "Pushes"]
+__all__ = ["DRAIN_DELAY", "QUIET", "Pushes"]
 
 DRAIN_DELAY = 0.02
-"""Seconds between the first push after a drain and the drain (at most 50 wake-ups a second)."""
+"""Seconds between the first push after a drain and the drain, while the buffer stays under half full."""
+
+QUIET = 1.0
+"""Seconds without a dropped push that end a streak of drops (and its warnings)."""
 
 _NAMES = 4096
 """Push names whose key caches are kept; more distinct names start the caches afresh."""
@@ -87,8 +95,8 @@ class Pushes:
     """
 
     __slots__ = (
-        "_armed", "_caches", "_count", "_failed", "_failing", "_items", "_loop", "_reads", "_taken", "alerts",
-        "errors", "fanout", "limit", "max_values", "source",
+        "_bar", "_caches", "_count", "_dropping", "_failed", "_failing", "_half", "_items", "_lock", "_loop",
+        "_lost_before", "_reads", "_seen", "_taken", "alerts", "errors", "fanout", "limit", "max_values", "source",
     )
 
     def __init__(
@@ -106,7 +114,12 @@ class Pushes:
         self._failed = 0  # pushes the drain took that could not be made into records
         self._items: deque[_Push] = deque(maxlen=limit)
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._armed = False
+        self._half = (limit + 1) // 2
+        self._bar = limit  # a push leaving this many waiting has something to do: see _busy()
+        self._lock = threading.Lock()  # for the reads of the counts, and a streak's start and end
+        self._dropping = False  # in a streak of drops: said at its start and at its end
+        self._lost_before = 0  # pushes pushed out of the buffer before the streak
+        self._seen = 0  # ... when the streak was last looked at
         self._caches: dict[str, KeyCache] = {}
         self._failing: set[str] = set()
         self.alerts = alerts
@@ -115,55 +128,81 @@ class Pushes:
     def push(self, name: Any, metrics: Any, step: Any) -> None:
         """Queues one push; never blocks, never raises on what it is given (any thread)."""
         next(self._count)
-        self._items.append((name, snapshot(metrics), step, _time()))
-        if not self._armed and self._loop is not None:
-            self._arm()
+        items = self._items
+        items.append((name, snapshot(metrics), step, _time()))
+        if len(items) >= self._bar:
+            self._busy()
 
-    def _arm(self) -> None:
+    def _busy(self) -> None:
+        """What a push does beyond queueing, as ``_bar`` says: schedules a drain, or says a first drop.
+
+        ``_bar`` is 0 while no drain is scheduled (the push schedules the timed
+        one), half the buffer while the timed one is (a push filling past it
+        wakes the loop at once), the buffer's size while a drain is on its way or
+        no loop runs (a full buffer drops), and above it in a streak of drops.
+        Every scheduled drain sets it to 0 before it takes a push, and a push
+        checks it after queueing, so no push is left without a drain.
+        """
+        waiting = len(self._items)
+        if waiting >= self.limit and not self._dropping:
+            self._start_streak()
+        full = self.limit + 1 if self._dropping else self.limit
         loop = self._loop
         if loop is None:
+            self._bar = full
             return
-        self._armed = True
-        # the loop closed between the check and the call: the pushes wait for stop()/step()
+        # a closed loop: the pushes wait for stop() or step()
         with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(loop.call_later, DRAIN_DELAY, self._drain_soon)
+            if waiting >= self._half:
+                self._bar = full
+                loop.call_soon_threadsafe(self._scheduled)
+            else:
+                self._bar = self._half
+                loop.call_soon_threadsafe(loop.call_later, DRAIN_DELAY, self._scheduled)
 
     # ------------------------------------------------------------- loop's side
     def attach(self, loop: asyncio.AbstractEventLoop | None) -> None:
         """Binds the pushes to a running loop (``start()``), which drains them, or unbinds them."""
         self._loop = loop
-        self._armed = False
+        self._bar = 0 if loop is not None else self.limit + 1 if self._dropping else self.limit
         if loop is not None and self._items:
-            self._arm()
+            self._busy()
 
-    def _drain_soon(self) -> None:
-        self._armed = False
+    def _scheduled(self) -> None:
+        self._bar = 0
         self.drain()
 
     def drain(self) -> None:
-        """Turns every waiting push into a record and hands it to the fan-out; values left out are counted."""
+        """Turns the pushes waiting now into records for the fan-out; values left out are counted.
+
+        Pushes made meanwhile (other threads) wait for the next drain, so that one
+        drain never keeps the loop from its other work.
+        """
         emit = self.fanout.emit
-        items = self._items
+        popleft = self._items.popleft
+        make = self._record
+        failing = self._failing
         left_out = 0
-        while items:
+        for _ in range(len(self._items)):
             try:
-                name, metrics, step, when = items.popleft()
+                name, metrics, step, when = popleft()
             except IndexError:  # another drain took it
                 break
             self._taken += 1
             try:
-                record, dropped = self._record(name, metrics, step, when)
+                record, dropped = make(name, metrics, step, when)
             except Exception as exc:  # noqa: BLE001 - reported through on_error, never raised at the caller
                 self._failed += 1
                 label = name if isinstance(name, str) else _shown(name)
                 self.errors.report(
                     f"log({label!r}, ...): {describe(exc)}; this push is dropped (counted in log_dropped)",
-                    exc, first=label not in self._failing,
+                    exc, first=label not in failing,
                 )
-                if len(self._failing) < _NAMES:
-                    self._failing.add(label)
+                if len(failing) < _NAMES:
+                    failing.add(label)
                 continue
-            self._failing.discard(name)
+            if failing:
+                failing.discard(name)
             if dropped:
                 left_out += dropped
                 if self.alerts.on:
@@ -171,11 +210,72 @@ class Pushes:
             emit(record)
         if left_out:
             self.fanout.counters.values_dropped += left_out
+        if self._dropping and self._loop is None:  # no loop to see the streak end: it ends here
+            self._end_streak()
+
+    # ---------------------------------------------------------- streaks of drops
+    def _start_streak(self) -> None:
+        """Says the first dropped push of a streak: the count so far, the bound and the fix (any thread)."""
+        with self._lock:
+            lost = self._lost()
+            if self._dropping or lost <= self._lost_before:  # the buffer just filled: nothing dropped yet
+                return
+            self._dropping = True
+            self._seen = lost
+            so_far = lost + self._failed
+        log.warning(
+            "log(): more than queue_size=%d pushes are waiting for the monitor's loop: dropping the oldest "
+            "(%s so far, counted in monitor.stats()['log_dropped']); pass a larger queue_size= to the "
+            "monitor, or push less often",
+            self.limit, _pushes(so_far),
+        )
+        loop = self._loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):  # a closed loop: the streak ends at the next drain
+                loop.call_soon_threadsafe(loop.call_later, QUIET, self._check_streak)
+
+    def _check_streak(self) -> None:
+        """On the loop, every ``QUIET`` s of a streak: ends it if no push was dropped meanwhile."""
+        if not self._dropping:
+            return
+        with self._lock:
+            lost = self._lost()
+            if lost != self._seen:
+                self._seen = lost
+                lost = -1
+        loop = self._loop
+        if lost < 0 and loop is not None:
+            loop.call_later(QUIET, self._check_streak)
+        else:
+            self._end_streak()
+
+    def _end_streak(self) -> None:
+        """Says how many pushes the streak dropped in all."""
+        with self._lock:
+            if not self._dropping:
+                return
+            self._dropping = False
+            self._bar = min(self._bar, self.limit)  # a full buffer drops again: said again
+            lost = self._lost()
+            total = lost - self._lost_before
+            self._lost_before = lost
+            so_far = lost + self._failed
+        log.warning(
+            "log(): %s in all in this streak (queue_size=%d); log_dropped is now %d",
+            _pushes(total), self.limit, so_far,
+        )
+
+    def _lost(self) -> int:
+        """Pushes pushed out of the full buffer so far (the lock held)."""
+        waiting = len(self._items)  # before pushed: a push under way is then at worst counted early
+        pushed = next(self._count) - self._reads  # next() returns how many next() calls came before
+        self._reads += 1
+        return max(0, pushed - self._taken - waiting)
 
     def _record(self, name: Any, metrics: Any, step: Any, when: float) -> tuple[Record, int]:
-        if not isinstance(name, str) or not name:
+        if (type(name) is not str and not isinstance(name, str)) or not name:
             raise TypeError(f"the name must be a non-empty string, got {name!r}")
-        if step is not None:
+        if step is not None and type(step) is not int:
             if isinstance(step, bool) or not hasattr(step, "__index__"):
                 raise TypeError(f"step must be an int or None, got {type(step).__name__}")
             step = operator.index(step)  # numpy and torch integers too
@@ -184,7 +284,7 @@ class Pushes:
             if len(self._caches) >= _NAMES:
                 self._caches.clear()
             keys = self._caches[name] = KeyCache(name + "/", 2 * self.max_values + 64)
-        if not isinstance(metrics, Mapping):
+        if type(metrics) is not dict and not isinstance(metrics, Mapping):
             raise TypeError(f"metrics must be a mapping of numbers, got {type(metrics).__name__}")
         values, dropped = read(metrics, self.max_values, keys)
         return new_record(name, step, when, values, self.source), dropped
@@ -197,15 +297,21 @@ class Pushes:
     @property
     def pushed(self) -> int:
         """Pushes so far (every call of ``push``)."""
-        pushed = next(self._count) - self._reads  # next() returns how many next() calls came before
-        self._reads += 1
+        with self._lock:
+            pushed = next(self._count) - self._reads  # next() returns how many next() calls came before
+            self._reads += 1
         return pushed
 
     @property
     def dropped(self) -> int:
         """Pushes that never became a record (pushed out, or invalid); once pushes stop, ``records + dropped == pushed``."""
-        waiting = len(self._items)  # before pushed: a push under way is then at worst counted early
-        return max(0, self.pushed - self._taken - waiting) + self._failed
+        with self._lock:
+            return self._lost() + self._failed
+
+
+def _pushes(count: int) -> str:
+    """``"1 push dropped"``, ``"18,976 pushes dropped"``."""
+    return f"{count:,} push dropped" if count == 1 else f"{count:,} pushes dropped"
 
 
 def _shown(name: Any) -> str:

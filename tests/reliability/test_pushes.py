@@ -1,4 +1,4 @@
-"""What ``log()`` is given is written as it was at the call, or counted; ``log()`` never raises.
+"""What ``log()`` is given is written as it was at the call, or counted and said; ``log()`` never raises.
 
 Holds "Pushes are written as they were, or counted": docs/guarantees.md#pushes-are-written-as-they-were-or-counted-test_pushespy
 """
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import UserDict, defaultdict
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -15,7 +16,8 @@ from typing import Any
 import pytest
 
 from monitor_async import Monitor, SyncMonitor
-from monitor_async.backends import MemorySink, TensorBoardSink
+from monitor_async.backends import CSVSink, MemorySink, TensorBoardSink
+from tests.support.checks import wait_until
 
 
 def test_everything_pushed_before_close_is_written_also_after_a_stop() -> None:
@@ -127,3 +129,72 @@ def test_a_record_tensorboard_cannot_store_costs_only_that_record(tmp_path: Path
     events = EventAccumulator(str(tmp_path / "tb"))
     events.Reload()
     assert sorted(e.step for e in events.Scalars("a/v")) == list(range(10))
+
+
+def _push_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "monitor_async" and "log()" in r.getMessage()]
+
+
+async def test_a_burst_that_overflows_is_said_once_at_its_start_and_once_at_its_end(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # 20,000 pushes from the loop's own thread in one go: the loop has no turn before the last
+    path = tmp_path / "metrics.csv"
+    with caplog.at_level(logging.WARNING, logger="monitor_async"):
+        async with Monitor(CSVSink(path)) as monitor:
+            for step in range(20_000):
+                monitor.log("learner", {"loss": 0.5}, step=step)
+            first = _push_warnings(caplog)
+            await monitor.flush()
+            await wait_until(lambda: len(_push_warnings(caplog)) == 2)  # no drop for a while: the streak ended
+            ended = _push_warnings(caplog)
+            for step in range(2_000):  # a second streak: its warning names the count so far
+                monitor.log("learner", {"loss": 0.5}, step=step)
+            second = _push_warnings(caplog)
+        said = _push_warnings(caplog)  # stop() ended the second streak
+    assert len(first) == 1, first
+    assert "queue_size=1024" in first[0] and "1 push dropped so far" in first[0], first[0]
+    assert "18,976 pushes dropped in all" in ended[1], ended[1]
+    assert len(second) == 3 and "18,977 pushes dropped so far" in second[2], second
+    assert len(said) == 4 and "976 pushes dropped in all" in said[3], said
+    assert monitor.stats()["log_dropped"] == 18_976 + 976
+    assert len(path.read_text().splitlines()) == 1 + 2 * 1024
+
+
+def test_pushes_waiting_for_step_are_said_when_they_overflow(caplog: pytest.LogCaptureFixture) -> None:
+    sink = MemorySink()
+    with caplog.at_level(logging.WARNING, logger="monitor_async"):
+        monitor = SyncMonitor(sink, background=False, queue_size=64)
+        for step in range(200):
+            monitor.log("learner", {"loss": 0.5}, step=step)
+        assert len(_push_warnings(caplog)) == 1
+        monitor.step()
+        monitor.close()
+    said = _push_warnings(caplog)
+    assert len(said) == 2, said
+    assert "queue_size=64" in said[0] and "136 pushes dropped in all" in said[1], said
+    assert [r.step for r in sink.records] == list(range(136, 200))
+
+
+def _paced(log: Any, rate: float, seconds: float) -> int:
+    """Pushes a 4-key dict ``rate`` times a second for ``seconds``, paced on ``perf_counter``."""
+    period = 1.0 / rate
+    total = int(rate * seconds)
+    clock = time.perf_counter
+    start = clock()
+    for i in range(total):
+        due = start + i * period
+        while clock() < due:
+            pass
+        log("learner", {"loss": 0.5, "lr": 3e-4, "grad": 0.7, "i": i}, step=i)
+    return total
+
+
+def test_a_steady_fifty_thousand_pushes_a_second_lose_nothing() -> None:
+    sink = MemorySink()
+    with SyncMonitor(sink) as monitor:
+        pushed = _paced(monitor.log, 50_000, 2.0)
+    stats = monitor.stats()
+    assert stats["log_dropped"] == 0
+    assert len(sink.records) == pushed
+    assert [r.step for r in sink.records] == list(range(pushed))
