@@ -1,6 +1,6 @@
-"""Scenario: what pushing values from the training loop costs the caller's thread.
+"""Scenarios: what pushing values from the training loop costs the caller's thread, and the rate it carries.
 
-``SyncMonitor.log("learner", metrics, step=i)`` with a 10-key dict of floats,
+13. ``SyncMonitor.log("learner", metrics, step=i)`` with a 10-key dict of floats,
 called from the main thread while the monitor runs in the background into a
 no-op sink, side by side with what the peers cost on the caller's thread for
 the same dict: TorchRL's ``CSVLogger.log_metrics`` (when torchrl is
@@ -11,23 +11,40 @@ bursts the caller sleeps a little, as a training step would, so the
 monitor's loop drains the pushes without dropping any. The figure is the
 median over the bursts. After the run every pushed record must have been
 written by the sink: the row says how many were.
+
+15. A steady rate: the main thread pushes a 4-key dict at 10,000 to 200,000
+pushes a second, paced by a busy wait on ``perf_counter`` against a
+deadline per push (a late push is made at once, so the rate holds on
+average), into a ``SyncMonitor`` with default settings and a no-op sink.
+A rate is held when the pacer kept it and no push was dropped, every one
+written. The floor is the same pacer calling a function that does nothing:
+the highest rate it holds is the machine's limit, measured beside ours in
+the same run, each rate's floor run just before ours. The CPU the monitor
+costs is the process's CPU time less the pacer thread's own (the busy wait
+is the pacer's), with the monitor, less the same without it, per push; the
+caller's cost is the time spent inside ``log()`` per push, GIL waits included.
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from monitor_async import SyncMonitor
 
 from ._common import NoopSink, Row, has_torchrl, quiet
 
-__all__ = ["run"]
+__all__ = ["run", "run_rate"]
 
 SCENARIO = "13. pushing values: log(), 10-key dict, caller's thread"
 METRICS = {f"m{i}": 0.5 + i for i in range(10)}
+RATES = (10_000, 25_000, 50_000, 100_000, 200_000)
+HELD = 0.98
+"""A pacer that made this share of its pushes' rate kept it (the rest is the last pushes' rounding)."""
 
 
 def _per_call(call: Callable[[int], object], bursts: int, size: int, pause: float) -> float:
@@ -123,3 +140,109 @@ def run(
     return rows
 
 
+
+
+def _nothing(name: str, metrics: Any, *, step: int | None = None) -> None:
+    return None
+
+
+def _paced(log: Callable[..., None], rate: float, seconds: float) -> tuple[int, float, float, float]:
+    """Pushes a 4-key dict ``rate`` times a second for ``seconds``.
+
+    Returns the pushes, the rate achieved, the seconds spent inside ``log()``
+    and the CPU seconds of the other threads of the process meanwhile.
+    """
+    period = 1.0 / rate
+    total = max(1, int(rate * seconds))
+    clock = time.perf_counter
+    cpu, own = time.process_time(), time.thread_time()
+    start = now = clock()
+    in_log = 0.0
+    for i in range(total):
+        due = start + i * period
+        while now < due:
+            now = clock()
+        log("learner", {"loss": 0.5, "lr": 3e-4, "grad": 0.7, "i": i}, step=i)
+        after = clock()
+        in_log += after - now
+        now = after
+    took = now - start
+    others = (time.process_time() - cpu) - (time.thread_time() - own)
+    return total, total / took, in_log, others
+
+
+def _monitored(rate: float, seconds: float) -> dict[str, float]:
+    sink = NoopSink()
+    monitor = SyncMonitor(sink)
+    monitor.start()
+    try:
+        pushed, achieved, in_log, others = _paced(monitor.log, rate, seconds)
+    finally:
+        monitor.close()
+    stats = monitor.stats()
+    return {
+        "pushed": pushed, "achieved": achieved, "in_log": in_log, "others": others,
+        "dropped": stats["log_dropped"], "written": stats.get(f"sink/{sink.name}/written", 0.0),
+    }
+
+
+def _bare(rate: float, seconds: float) -> dict[str, float]:
+    pushed, achieved, in_log, others = _paced(_nothing, rate, seconds)
+    return {"pushed": pushed, "achieved": achieved, "in_log": in_log, "others": others}
+
+
+def _held(rate: float, run: dict[str, float]) -> bool:
+    kept = run["achieved"] >= HELD * rate
+    return kept and run.get("dropped", 0.0) == 0 and run.get("written", run["pushed"]) == run["pushed"]
+
+
+def run_rate(
+    *, rates: Sequence[float] = RATES, seconds: float = 3.0, goal_rate: float = 100_000, goal_seconds: float = 5.0,
+    baseline: bool = True,
+) -> list[Row]:
+    """The highest steady push rate with no drop, beside the machine's; the CPU the drain costs per push.
+
+    ``goal_rate`` runs ``goal_seconds``, the other ``rates`` ``seconds`` each.
+    """
+    quiet()
+    load = os.getloadavg()[0]
+    ours: dict[float, dict[str, float]] = {}
+    floor: dict[float, dict[str, float]] = {}
+    for rate in sorted({*rates, goal_rate}):
+        length = goal_seconds if rate == goal_rate else seconds
+        floor[rate] = _bare(rate, length)
+        ours[rate] = _monitored(rate, length)
+    load_end = os.getloadavg()[0]
+    held = max((rate for rate, run in ours.items() if _held(rate, run)), default=0.0)
+    limit = max((rate for rate, run in floor.items() if _held(rate, run)), default=0.0)
+    goal = ours[goal_rate]
+    name = f"15. pushing at a steady rate: log(), 4-key dict, {goal_seconds:g} s at {goal_rate:,.0f}/s"
+    ladder = ", ".join(f"{rate / 1000:g}k" for rate in sorted(ours))
+    below = limit < goal_rate
+    note = (
+        f"load average {load:.2f} at start, {load_end:.2f} at end; pacer without a monitor held "
+        + (f"{limit:,.0f}/s at most: the machine's limit is below the goal's rate" if below else f"{limit:,.0f}/s")
+    )
+    rows = [
+        Row(name, f"pushes dropped at {goal_rate:,.0f}/s for {goal_seconds:g} s (goal: 0)", goal["dropped"],
+            unit="records", goal=("max", 0.0), note=note,
+            extra={"pushed": goal["pushed"], "written": goal["written"], "achieved": goal["achieved"],
+                   "floor_achieved": floor[goal_rate]["achieved"]}),
+        Row(name, f"highest steady rate with no drop, of {ladder}/s", held,
+            extra={f"dropped_at_{rate:.0f}": run["dropped"] for rate, run in ours.items()}
+            | {f"achieved_at_{rate:.0f}": run["achieved"] for rate, run in ours.items()}),
+        Row(name, f"floor: the same pacer with no monitor, highest rate held, of {ladder}/s", limit, who="floor",
+            extra={f"achieved_at_{rate:.0f}": run["achieved"] for rate, run in floor.items()}),
+    ]
+    for rate in (10_000, goal_rate):
+        if rate not in ours:
+            continue
+        run, bare = ours[rate], floor[rate]
+        drain = (run["others"] - bare["others"]) / run["pushed"]
+        rows.append(Row(name, f"CPU of the monitor's thread per push at {rate:,.0f}/s (process CPU less the "
+                        "pacer's, less the same without a monitor)", drain * 1e6, unit="us",
+                        extra={"cpu_seconds": run["others"], "floor_cpu_seconds": bare["others"]}))
+        rows.append(Row(name, f"caller's time in log() per push at {rate:,.0f}/s, GIL waits included",
+                        run["in_log"] / run["pushed"] * 1e6, unit="us",
+                        extra={"floor_us": bare["in_log"] / bare["pushed"] * 1e6}))
+    return rows

@@ -76,6 +76,9 @@ SCENARIOS: dict[str, Scenario] = {
     "reduce": Scenario("bench_distributed", "run_reduce", {}, {"ranks": 2, "warmup": 1.0, "seconds": 2.0}),
     "remote": Scenario("bench_remote", "run", {}, {"seconds": 8.0, "outage": 3.0, "targets": 5}),
     "push": Scenario("bench_push", "run", {}, {"bursts": 6, "size": 200, "peer_bursts": 3, "peer_size": 30}),
+    "push_rate": Scenario(
+        "bench_push", "run_rate", {}, {"rates": (10_000, 100_000), "seconds": 0.3, "goal_seconds": 0.5}
+    ),
     "alerts": Scenario(
         "bench_alerts", "run", {},
         {"trials": 20, "intervals": 200, "targets": 2000, "warmup": 1.0, "seconds": 2.0, "rounds": 1},
