@@ -31,10 +31,13 @@ from .._core.record import EMPTY_SOURCE, Record, Source, new_record
 from .._core.values import MAX_DEPTH, KeyCache, read
 from .fanout import AlertFeed, Fanout
 
-__all__ = ["DRAIN_DELAY", "QUIET", "Pushes"]
+__all__ = ["DRAIN_DELAY", "FAST_DELAY", "QUIET", "Pushes"]
 
 DRAIN_DELAY = 0.02
 """Seconds between the first push after a drain and the drain, while the buffer stays under half full."""
+
+FAST_DELAY = 0.001
+"""Seconds between a drain that took many pushes and the next (the caller's thread has the GIL meanwhile)."""
 
 QUIET = 1.0
 """Seconds without a dropped push that end a streak of drops (and its warnings)."""
@@ -95,8 +98,9 @@ class Pushes:
     """
 
     __slots__ = (
-        "_bar", "_caches", "_count", "_dropping", "_failed", "_failing", "_half", "_items", "_lock", "_loop",
-        "_lost_before", "_reads", "_seen", "_taken", "alerts", "errors", "fanout", "limit", "max_values", "source",
+        "_bar", "_busy_drain", "_caches", "_count", "_dropping", "_failed", "_failing", "_half", "_items", "_lock",
+        "_loop", "_lost_before", "_reads", "_seen", "_taken", "_timer", "alerts", "errors", "fanout", "limit",
+        "max_values", "source",
     )
 
     def __init__(
@@ -115,7 +119,9 @@ class Pushes:
         self._items: deque[_Push] = deque(maxlen=limit)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._half = (limit + 1) // 2
+        self._busy_drain = max(1, limit // 8)  # a drain taking this many is followed by another at once
         self._bar = limit  # a push leaving this many waiting has something to do: see _busy()
+        self._timer: asyncio.TimerHandle | None = None  # the next drain, on the loop
         self._lock = threading.Lock()  # for the reads of the counts, and a streak's start and end
         self._dropping = False  # in a streak of drops: said at its start and at its end
         self._lost_before = 0  # pushes pushed out of the buffer before the streak
@@ -136,12 +142,12 @@ class Pushes:
     def _busy(self) -> None:
         """What a push does beyond queueing, as ``_bar`` says: schedules a drain, or says a first drop.
 
-        ``_bar`` is 0 while no drain is scheduled (the push schedules the timed
-        one), half the buffer while the timed one is (a push filling past it
-        wakes the loop at once), the buffer's size while a drain is on its way or
-        no loop runs (a full buffer drops), and above it in a streak of drops.
-        Every scheduled drain sets it to 0 before it takes a push, and a push
-        checks it after queueing, so no push is left without a drain.
+        ``_bar`` is 0 while no drain is scheduled (the push schedules one
+        ``DRAIN_DELAY`` s later), half the buffer while that one is (a push
+        filling past it wakes the loop at once), the buffer's size while a drain
+        is on its way or no loop runs (a full buffer drops), and above it in a
+        streak of drops. A drain that finds few pushes sets it to 0 and looks
+        again, and a push checks it after queueing, so no push is left without a drain.
         """
         waiting = len(self._items)
         if waiting >= self.limit and not self._dropping:
@@ -151,29 +157,49 @@ class Pushes:
         if loop is None:
             self._bar = full
             return
-        # a closed loop: the pushes wait for stop() or step()
-        with contextlib.suppress(RuntimeError):
-            if waiting >= self._half:
-                self._bar = full
-                loop.call_soon_threadsafe(self._scheduled)
-            else:
-                self._bar = self._half
-                loop.call_soon_threadsafe(loop.call_later, DRAIN_DELAY, self._scheduled)
+        crowded = waiting >= self._half
+        self._bar = full if crowded else self._half
+        with contextlib.suppress(RuntimeError):  # a closed loop: the pushes wait for stop() or step()
+            loop.call_soon_threadsafe(self._drain_in, 0.0 if crowded else DRAIN_DELAY)
 
     # ------------------------------------------------------------- loop's side
     def attach(self, loop: asyncio.AbstractEventLoop | None) -> None:
         """Binds the pushes to a running loop (``start()``), which drains them, or unbinds them."""
         self._loop = loop
+        self._timer = None
         self._bar = 0 if loop is not None else self.limit + 1 if self._dropping else self.limit
         if loop is not None and self._items:
             self._busy()
 
-    def _scheduled(self) -> None:
-        self._bar = 0
-        self.drain()
+    def _drain_in(self, delay: float) -> None:
+        """Schedules the drain ``delay`` s from now, unless one is due sooner (one timer at a time)."""
+        loop = self._loop
+        if loop is None:
+            return
+        due = loop.time() + delay
+        timer = self._timer
+        if timer is not None:
+            if timer.when() <= due:
+                return
+            timer.cancel()
+        self._timer = loop.call_at(due, self._scheduled)
 
-    def drain(self) -> None:
-        """Turns the pushes waiting now into records for the fan-out; values left out are counted.
+    def _scheduled(self) -> None:
+        self._timer = None
+        taken = self.drain()
+        if self._loop is not None and taken >= self._busy_drain:
+            # pushes come fast: drain again soon, on the loop's own clock; a wake-up from the caller's
+            # thread costs the loop's thread up to three GIL hand-overs (5 ms each behind a caller
+            # that never releases the GIL) and would come later
+            self._drain_in(FAST_DELAY)
+            self._bar = self.limit + 1 if self._dropping else self.limit
+        else:
+            self._bar = 0
+            if self._items:  # queued while the bar was up: scheduled now
+                self._busy()
+
+    def drain(self) -> int:
+        """Turns the pushes waiting now into records for the fan-out, and returns how many it took.
 
         Pushes made meanwhile (other threads) wait for the next drain, so that one
         drain never keeps the loop from its other work.
@@ -183,12 +209,14 @@ class Pushes:
         make = self._record
         failing = self._failing
         left_out = 0
+        taken = 0
         for _ in range(len(self._items)):
             try:
                 name, metrics, step, when = popleft()
             except IndexError:  # another drain took it
                 break
             self._taken += 1
+            taken += 1
             try:
                 record, dropped = make(name, metrics, step, when)
             except Exception as exc:  # noqa: BLE001 - reported through on_error, never raised at the caller
@@ -212,6 +240,7 @@ class Pushes:
             self.fanout.counters.values_dropped += left_out
         if self._dropping and self._loop is None:  # no loop to see the streak end: it ends here
             self._end_streak()
+        return taken
 
     # ---------------------------------------------------------- streaks of drops
     def _start_streak(self) -> None:
