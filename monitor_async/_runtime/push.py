@@ -39,6 +39,9 @@ DRAIN_DELAY = 0.02
 FAST_DELAY = 0.001
 """Seconds between a drain that took many pushes and the next (the caller's thread has the GIL meanwhile)."""
 
+FAST_TURNS = 3
+"""Drains in a row finding few pushes that end the fast drains."""
+
 QUIET = 1.0
 """Seconds without a dropped push that end a streak of drops (and its warnings)."""
 
@@ -98,9 +101,9 @@ class Pushes:
     """
 
     __slots__ = (
-        "_bar", "_busy_drain", "_caches", "_count", "_dropping", "_failed", "_failing", "_half", "_items", "_lock",
-        "_loop", "_lost_before", "_reads", "_seen", "_taken", "_timer", "alerts", "errors", "fanout", "limit",
-        "max_values", "source",
+        "_bar", "_busy_drain", "_caches", "_count", "_dropping", "_failed", "_failing", "_fast", "_half", "_items",
+        "_lock", "_loop", "_lost_before", "_reads", "_seen", "_taken", "_timer", "alerts", "errors", "fanout",
+        "limit", "max_values", "source",
     )
 
     def __init__(
@@ -122,6 +125,7 @@ class Pushes:
         self._busy_drain = max(1, limit // 8)  # a drain taking this many is followed by another at once
         self._bar = limit  # a push leaving this many waiting has something to do: see _busy()
         self._timer: asyncio.TimerHandle | None = None  # the next drain, on the loop
+        self._fast = 0  # drains at FAST_DELAY left while they find few pushes
         self._lock = threading.Lock()  # for the reads of the counts, and a streak's start and end
         self._dropping = False  # in a streak of drops: said at its start and at its end
         self._lost_before = 0  # pushes pushed out of the buffer before the streak
@@ -187,10 +191,12 @@ class Pushes:
     def _scheduled(self) -> None:
         self._timer = None
         taken = self.drain()
-        if self._loop is not None and taken >= self._busy_drain:
-            # pushes come fast: drain again soon, on the loop's own clock; a wake-up from the caller's
-            # thread costs the loop's thread up to three GIL hand-overs (5 ms each behind a caller
-            # that never releases the GIL) and would come later
+        self._fast = FAST_TURNS if taken >= self._busy_drain else self._fast - 1
+        if self._loop is not None and self._fast > 0:
+            # pushes come fast: drain again soon, on the loop's own clock, also after a turn or two
+            # with few (the caller's thread was descheduled); a wake-up from the caller's thread costs
+            # the loop's thread up to three GIL hand-overs (5 ms each behind a caller that never
+            # releases the GIL) and would come later
             self._drain_in(FAST_DELAY)
             self._bar = self.limit + 1 if self._dropping else self.limit
         else:
