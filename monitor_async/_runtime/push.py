@@ -6,10 +6,12 @@ in the training loop nor slow it. Pushes are counted with
 ``itertools.count`` (``next()`` is atomic, ``+= 1`` is not), so the dropped
 ones are exactly ``pushed - taken - waiting``. The first push after a drain
 schedules one drain ``DRAIN_DELAY`` s later, bounding the loop's wake-ups at
-low rates; a push that finds the buffer half full wakes the loop at once (one
-wake-up per crossing), so a steady high rate is drained before it overflows.
-A push that finds it full starts a streak of drops: one warning then, one
-when no push was dropped for ``QUIET`` s (or at the next drain without a loop).
+low rates; a push that fills the buffer past half wakes the loop at once
+(one wake-up per crossing), and a drain that took many pushes schedules the
+next one ``FAST_DELAY`` s later itself, so a steady high rate is drained
+before it overflows. The first push a full buffer drops starts a streak:
+one warning then, one when no push was dropped for ``QUIET`` s (or at the
+next drain without a loop).
 The drain makes each push a [Record][monitor_async.Record] with the same
 rules as a polled snapshot ([pushing](pushing.md#what-it-guarantees)).
 """
