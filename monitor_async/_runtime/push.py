@@ -42,7 +42,7 @@ FAST_DELAY = 0.001
 """Seconds between a drain that took many pushes and the next (the caller's thread has the GIL meanwhile)."""
 
 FAST_TURNS = 3
-"""Drains in a row finding few pushes that end the fast drains."""
+"""Fast drains in a row finding few pushes that end them."""
 
 QUIET = 1.0
 """Seconds without a dropped push that end a streak of drops (and its warnings)."""
@@ -124,7 +124,7 @@ class Pushes:
         self._items: deque[_Push] = deque(maxlen=limit)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._half = (limit + 1) // 2
-        self._busy_drain = max(1, limit // 8)  # a drain taking this many is followed by another at once
+        self._busy_drain = max(1, limit // 4)  # a drain taking this many starts the fast drains (a quarter, to go on)
         self._bar = limit  # a push leaving this many waiting has something to do: see _busy()
         self._timer: asyncio.TimerHandle | None = None  # the next drain, on the loop
         self._fast = 0  # drains at FAST_DELAY left while they find few pushes
@@ -193,8 +193,12 @@ class Pushes:
     def _scheduled(self) -> None:
         self._timer = None
         taken = self.drain()
-        self._fast = FAST_TURNS if taken >= self._busy_drain else self._fast - 1
-        if self._loop is not None and self._fast > 0:
+        fast = self._fast
+        if taken >= self._busy_drain or (fast > 0 and taken >= self._busy_drain // 4):
+            self._fast = fast = FAST_TURNS
+        else:
+            self._fast = fast = max(0, fast - 1)
+        if self._loop is not None and fast > 0:
             # pushes come fast: drain again soon, on the loop's own clock, also after a turn or two
             # with few (the caller's thread was descheduled); a wake-up from the caller's thread costs
             # the loop's thread up to three GIL hand-overs (5 ms each behind a caller that never
