@@ -168,6 +168,10 @@ class Channel:
             self._start_drain(loop)
         return True
 
+    def room(self) -> int:
+        """Records the queue takes before it is full (negative past it: a burst its writer keeps)."""
+        return self._size - len(self._items)
+
     # ------------------------------------------------------------------ writing
     async def _write(self, many: bool, left: int) -> int:
         """Writes the next batch (with ``many``, the batches of the next ``left`` records); returns how many it took."""

@@ -4,14 +4,20 @@ On the caller's thread a push is only a ``snapshot``, a time stamp and a
 ``deque.append`` (atomic under the GIL), so a bad value can neither raise
 in the training loop nor slow it. Pushes are counted with
 ``itertools.count`` (``next()`` is atomic, ``+= 1`` is not), so the dropped
-ones are exactly ``pushed - taken - waiting``. The first push after a drain
+ones are exactly ``pushed - taken - waiting``. Up to ``WAIT_FACTOR *
+queue_size`` pushes wait for the loop, enough for the loop's thread to go
+without CPU for a while at a high rate. The first push after a drain
 schedules one drain ``DRAIN_DELAY`` s later, bounding the loop's wake-ups at
 low rates; a push that fills the buffer past half wakes the loop at once
 (one wake-up per crossing), and a drain that took many pushes schedules the
 next one ``FAST_DELAY`` s later itself, so a steady high rate is drained
-before it overflows. The first push a full buffer drops starts a streak:
-one warning then, one when no push was dropped for ``QUIET`` s (or at the
-next drain without a loop).
+before it overflows. A drain on the loop takes no more than the fullest
+sink queue has room for, and drains again at the loop's next turn, after
+the writers, so that a burst is not dropped from the sinks' queues instead;
+pushes past half the buffer, or waiting ``HOLD`` s, go all the same (a sink
+that is behind drops its own oldest, as for polls). The first push a full
+buffer drops starts a streak: one warning then, one when no push was
+dropped for ``QUIET`` s (or at the next drain without a loop).
 The drain makes each push a [Record][monitor_async.Record] with the same
 rules as a polled snapshot ([pushing](pushing.md#what-it-guarantees)).
 """
@@ -33,13 +39,19 @@ from .._core.record import EMPTY_SOURCE, Record, Source, new_record
 from .._core.values import MAX_DEPTH, KeyCache, read
 from .fanout import AlertFeed, Fanout
 
-__all__ = ["DRAIN_DELAY", "FAST_DELAY", "QUIET", "Pushes"]
+__all__ = ["DRAIN_DELAY", "FAST_DELAY", "HOLD", "QUIET", "WAIT_FACTOR", "Pushes"]
+
+WAIT_FACTOR = 16
+"""Pushes that may wait for the loop per ``queue_size``: 16,384 by default, 160 ms at 100,000 a second."""
 
 DRAIN_DELAY = 0.02
 """Seconds between the first push after a drain and the drain, while the buffer stays under half full."""
 
 FAST_DELAY = 0.001
 """Seconds between a drain that took many pushes and the next (the caller's thread has the GIL meanwhile)."""
+
+HOLD = 0.25
+"""Seconds a push waits for room in the sinks' queues before it goes all the same."""
 
 FAST_TURNS = 3
 """Fast drains in a row finding few pushes that end them."""
@@ -94,7 +106,8 @@ class Pushes:
     """The pushed values waiting for the monitor's loop, and how they become records.
 
     Args:
-        limit: pushes kept waiting at most; past it the oldest is dropped and counted.
+        queue_size: the monitor's ``queue_size``; ``WAIT_FACTOR`` times it wait at most,
+            past that the oldest is dropped and counted.
         max_values: values kept per pushed mapping, as for a polled snapshot.
         errors: the monitor's ``on_error`` policy, for invalid pushes (also counted).
         fanout: the fan-out the records go to.
@@ -105,16 +118,17 @@ class Pushes:
     __slots__ = (
         "_bar", "_busy_drain", "_caches", "_count", "_dropping", "_failed", "_failing", "_fast", "_half", "_items",
         "_lock", "_loop", "_lost_before", "_reads", "_seen", "_taken", "_timer", "alerts", "errors", "fanout",
-        "limit", "max_values", "source",
+        "limit", "max_values", "queue_size", "source",
     )
 
     def __init__(
-        self, limit: int, max_values: int, errors: ErrorPolicy, fanout: Fanout, source: Source = EMPTY_SOURCE,
+        self, queue_size: int, max_values: int, errors: ErrorPolicy, fanout: Fanout, source: Source = EMPTY_SOURCE,
         *, alerts: AlertFeed,
     ) -> None:
         self.fanout = fanout
         self.source = source
-        self.limit = limit
+        self.queue_size = queue_size
+        self.limit = limit = WAIT_FACTOR * queue_size
         self.max_values = max_values
         self.errors = errors
         self._count = itertools.count()  # next() is atomic: one per push, one per read of pushed
@@ -124,7 +138,7 @@ class Pushes:
         self._items: deque[_Push] = deque(maxlen=limit)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._half = (limit + 1) // 2
-        self._busy_drain = max(1, limit // 4)  # a drain taking this many starts the fast drains (a quarter, to go on)
+        self._busy_drain = max(1, queue_size // 4)  # a drain taking this many starts the fast drains (a quarter, to go on)
         self._bar = limit  # a push leaving this many waiting has something to do: see _busy()
         self._timer: asyncio.TimerHandle | None = None  # the next drain, on the loop
         self._fast = 0  # drains at FAST_DELAY left while they find few pushes
@@ -192,37 +206,62 @@ class Pushes:
 
     def _scheduled(self) -> None:
         self._timer = None
-        taken = self.drain()
+        waiting = len(self._items)
+        taken = self.drain(self._room())
+        held = taken < waiting  # the sinks' queues had no room for the rest
         fast = self._fast
         if taken >= self._busy_drain or (fast > 0 and taken >= self._busy_drain // 4):
             self._fast = fast = FAST_TURNS
-        else:
+        elif taken or not held:  # a drain the sinks' queues held back is no turn with few pushes
             self._fast = fast = max(0, fast - 1)
-        if self._loop is not None and fast > 0:
-            # pushes come fast: drain again soon, on the loop's own clock, also after a turn or two
-            # with few (the caller's thread was descheduled); a wake-up from the caller's thread costs
-            # the loop's thread up to three GIL hand-overs (5 ms each behind a caller that never
-            # releases the GIL) and would come later
-            self._drain_in(FAST_DELAY)
+        if self._loop is None:
             self._bar = self.limit + 1 if self._dropping else self.limit
+        elif held or fast > 0:
+            # pushes come fast, or wait for room: drain again on the loop's own clock (at its next turn,
+            # after the writers, when some room was found), also after a turn or two with few (the
+            # caller's thread was descheduled); a wake-up from the caller's thread costs the loop's
+            # thread up to three GIL hand-overs (5 ms each behind a caller that never releases the
+            # GIL) and would come later
+            self._drain_in(0.0 if held and taken else FAST_DELAY if fast > 0 else DRAIN_DELAY)
+            full = self.limit + 1 if self._dropping else self.limit
+            self._bar = full if fast > 0 or taken else min(full, self._half)
         else:
             self._bar = 0
             if self._items:  # queued while the bar was up: scheduled now
                 self._busy()
 
-    def drain(self) -> int:
+    def _room(self) -> int:
+        """Records the fullest sink queue takes before it is full (the whole buffer without a sink)."""
+        return max(0, min((channel.room() for channel in self.fanout.channels), default=self.limit))
+
+    def drain(self, room: int | None = None) -> int:
         """Turns the pushes waiting now into records for the fan-out, and returns how many it took.
 
-        Pushes made meanwhile (other threads) wait for the next drain, so that one
-        drain never keeps the loop from its other work.
+        With ``room``, takes at most that many, plus those past half the buffer
+        or waiting ``HOLD`` s. Pushes made meanwhile (other threads) wait for the
+        next drain, so that one drain never keeps the loop from its other work.
         """
+        items = self._items
+        waiting = len(items)
+        if room is None:
+            return self._take(waiting)
+        taken = self._take(min(waiting, max(room, waiting - self._half)))
+        if items:
+            cutoff = _time() - HOLD
+            with contextlib.suppress(IndexError):  # emptied meanwhile
+                while items[0][3] < cutoff:
+                    taken += self._take(1)
+        return taken
+
+    def _take(self, count: int) -> int:
+        """Makes records of the oldest ``count`` pushes; returns how many it took."""
         emit = self.fanout.emit
         popleft = self._items.popleft
         make = self._record
         failing = self._failing
         left_out = 0
         taken = 0
-        for _ in range(len(self._items)):
+        for _ in range(count):
             try:
                 name, metrics, step, when = popleft()
             except IndexError:  # another drain took it
@@ -265,10 +304,10 @@ class Pushes:
             self._seen = lost
             so_far = lost + self._failed
         log.warning(
-            "log(): more than queue_size=%d pushes are waiting for the monitor's loop: dropping the oldest "
-            "(%s so far, counted in monitor.stats()['log_dropped']); pass a larger queue_size= to the "
+            "log(): more than %s pushes (%d x queue_size=%d) are waiting for the monitor's loop: dropping the "
+            "oldest (%s so far, counted in monitor.stats()['log_dropped']); pass a larger queue_size= to the "
             "monitor, or push less often",
-            self.limit, _pushes(so_far),
+            f"{self.limit:,}", WAIT_FACTOR, self.queue_size, _pushes(so_far),
         )
         loop = self._loop
         if loop is not None:
@@ -303,7 +342,7 @@ class Pushes:
             so_far = lost + self._failed
         log.warning(
             "log(): %s in all in this streak (queue_size=%d); log_dropped is now %d",
-            _pushes(total), self.limit, so_far,
+            _pushes(total), self.queue_size, so_far,
         )
 
     def _lost(self) -> int:
