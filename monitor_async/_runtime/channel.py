@@ -11,6 +11,7 @@ fewer writes through a worker thread cost the program less; ``step()``,
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -169,7 +170,10 @@ class Channel:
         return True
 
     def room(self) -> int:
-        """Records the queue takes before it is full (negative past it: a burst its writer keeps)."""
+        """Records `put` queues now without dropping one: any number between two writes, the free room during one."""
+        writer = self.task
+        if self.records.writing is None and writer is not None and not writer.done():
+            return sys.maxsize  # the writer takes the whole burst at its turn
         return self._size - len(self._items)
 
     # ------------------------------------------------------------------ writing

@@ -399,7 +399,7 @@ class Monitor:
 
         A sink that does not write its queue in time is not flushed; its records stay queued, with a warning.
         """
-        self._pushes.drain()
+        await self._pushes.settle()
         await flush_all(self._channels, self.stop_timeout)
         self._raise_pending()
 
@@ -471,7 +471,7 @@ class Monitor:
                 self._alerts.stop()  # no event after stop(); the time stopped does not count
                 await self._cancel_polls()
                 self._pushes.attach(None)
-                self._pushes.drain()  # everything pushed before stop() is written
+                await self._pushes.settle()  # everything pushed before stop() is written
                 if self._errors.error is None:
                     await self._final_snapshots(log_final)
                 for watch in self._watches.values():

@@ -11,11 +11,12 @@ schedules one drain ``DRAIN_DELAY`` s later, bounding the loop's wake-ups at
 low rates; a push that fills the buffer past half wakes the loop at once
 (one wake-up per crossing), and a drain that took many pushes schedules the
 next one ``FAST_DELAY`` s later itself, so a steady high rate is drained
-before it overflows. A drain on the loop takes no more than the fullest
-sink queue has room for, and drains again at the loop's next turn, after
-the writers, so that a burst is not dropped from the sinks' queues instead;
-pushes past half the buffer, or waiting ``HOLD`` s, go all the same (a sink
-that is behind drops its own oldest, as for polls). The first push a full
+before it overflows. A drain takes no more than every sink's queue takes
+without dropping one (any burst between two writes, the free room while a
+write is in flight) and drains again at the loop's next turn, after the
+writers; all go when the buffer overflowed meanwhile, or a queue has had
+no room for ``HOLD`` s (its sink is behind and drops its own oldest, as
+for polls). The first push a full
 buffer drops starts a streak: one warning then, one when no push was
 dropped for ``QUIET`` s (or at the next drain without a loop).
 The drain makes each push a [Record][monitor_async.Record] with the same
@@ -31,6 +32,7 @@ import operator
 import threading
 from collections import deque
 from collections.abc import Mapping
+from time import monotonic
 from time import time as _time
 from typing import Any
 
@@ -50,8 +52,8 @@ DRAIN_DELAY = 0.02
 FAST_DELAY = 0.001
 """Seconds between a drain that took many pushes and the next (the caller's thread has the GIL meanwhile)."""
 
-HOLD = 0.25
-"""Seconds a push waits for room in the sinks' queues before it goes all the same."""
+HOLD = 0.5
+"""Seconds the fullest sink queue may stay without room before pushes go all the same (its sink is behind)."""
 
 FAST_TURNS = 3
 """Fast drains in a row finding few pushes that end them."""
@@ -117,8 +119,8 @@ class Pushes:
 
     __slots__ = (
         "_bar", "_busy_drain", "_caches", "_count", "_dropping", "_failed", "_failing", "_fast", "_half", "_items",
-        "_lock", "_loop", "_lost_before", "_reads", "_seen", "_taken", "_timer", "alerts", "errors", "fanout",
-        "limit", "max_values", "queue_size", "source",
+        "_lock", "_loop", "_lost_before", "_lost_drained", "_reads", "_seen", "_stalled", "_taken", "_timer",
+        "alerts", "errors", "fanout", "limit", "max_values", "queue_size", "source",
     )
 
     def __init__(
@@ -142,6 +144,8 @@ class Pushes:
         self._bar = limit  # a push leaving this many waiting has something to do: see _busy()
         self._timer: asyncio.TimerHandle | None = None  # the next drain, on the loop
         self._fast = 0  # drains at FAST_DELAY left while they find few pushes
+        self._stalled: float | None = None  # since when drains found no room in the fullest sink queue
+        self._lost_drained = 0  # pushes pushed out of the buffer, at the last drain
         self._lock = threading.Lock()  # for the reads of the counts, and a streak's start and end
         self._dropping = False  # in a streak of drops: said at its start and at its end
         self._lost_before = 0  # pushes pushed out of the buffer before the streak
@@ -231,27 +235,44 @@ class Pushes:
                 self._busy()
 
     def _room(self) -> int:
-        """Records the fullest sink queue takes before it is full (the whole buffer without a sink)."""
+        """Records every sink's queue takes now without dropping one (see `Channel.room`)."""
         return max(0, min((channel.room() for channel in self.fanout.channels), default=self.limit))
 
     def drain(self, room: int | None = None) -> int:
         """Turns the pushes waiting now into records for the fan-out, and returns how many it took.
 
-        With ``room``, takes at most that many, plus those past half the buffer
-        or waiting ``HOLD`` s. Pushes made meanwhile (other threads) wait for the
-        next drain, so that one drain never keeps the loop from its other work.
+        With ``room``, takes at most that many, or all when the buffer overflowed
+        since the last drain or drains have found no room for ``HOLD`` s: a sink
+        that is behind then drops its own oldest, as for polls, and the others
+        lose nothing. Pushes made meanwhile (other threads) wait for the next
+        drain, so that one drain never keeps the loop from its other work.
         """
-        items = self._items
-        waiting = len(items)
-        if room is None:
+        waiting = len(self._items)
+        with self._lock:
+            lost = self._lost()
+        overflowed, self._lost_drained = lost != self._lost_drained, lost
+        if room is None or room >= waiting or overflowed:
+            self._stalled = None
             return self._take(waiting)
-        taken = self._take(min(waiting, max(room, waiting - self._half)))
-        if items:
-            cutoff = _time() - HOLD
-            with contextlib.suppress(IndexError):  # emptied meanwhile
-                while items[0][3] < cutoff:
-                    taken += self._take(1)
-        return taken
+        if room > 0:
+            self._stalled = None
+        elif self._stalled is None:
+            self._stalled = monotonic()
+        elif monotonic() - self._stalled >= HOLD:
+            room = waiting
+        return self._take(room)
+
+    async def settle(self) -> None:
+        """Drains the pushes waiting now into the sinks' queues as their writers make room (``flush()``, ``stop()``).
+
+        Waits for room at most ``HOLD`` s at a time, as the drains on the loop do.
+        """
+        left = len(self._items)
+        while left > 0 and self._items:
+            taken = self.drain(min(left, self._room()))
+            left -= taken
+            if left > 0 and self._items:
+                await asyncio.sleep(0.0 if taken else FAST_DELAY)  # the writers' turn
 
     def _take(self, count: int) -> int:
         """Makes records of the oldest ``count`` pushes; returns how many it took."""
