@@ -52,8 +52,8 @@ class Monitor:
             its own (default 1.0; > 0).
         on_error: ``"warn"`` (default), ``"ignore"`` or ``"raise"``: what a
             failing target or sink does ([errors](errors.md#what-happens-when-something-fails)).
-        queue_size: records each sink's queue holds, and pushes that may wait
-            for the loop (default 1024); past it the oldest are dropped and counted.
+        queue_size: records each sink's queue holds (default 1024), and 16 times
+            as many pushes waiting for the loop; past them the oldest are dropped and counted.
         max_batch: the most records one ``sink.write`` call gets (default 256).
         poll_timeout: seconds a poll may take, for a watch without its own
             ``timeout`` (default ``None``: the watch's poll interval).
