@@ -170,11 +170,12 @@ class Channel:
         return True
 
     def room(self) -> int:
-        """Records `put` queues now without dropping one: any number between two writes, the free room during one."""
+        """Records the queue takes now without dropping one: any number between two writes, the free room during one."""
+        queue = self.records
         writer = self.task
-        if self.records.writing is None and writer is not None and not writer.done():
+        if queue.writing is None and writer is not None and not writer.done():
             return sys.maxsize  # the writer takes the whole burst at its turn
-        return self._size - len(self._items)
+        return queue.size - len(queue.items)
 
     # ------------------------------------------------------------------ writing
     async def _write(self, many: bool, left: int) -> int:
