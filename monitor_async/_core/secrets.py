@@ -28,6 +28,7 @@ _QUERY = re.compile(r"([?&][^=&?#\s'\"<>]+=)[^&#\s'\"<>]+")
 
 _lock = threading.Lock()
 _kept: set[str] = set()
+_kept_paths: set[str] = set()  # a URL's path, hidden only where it stands whole after a host
 _pattern: re.Pattern[str] | None = None
 _filtered: set[str] = set()
 
@@ -72,9 +73,18 @@ def _of_url(url: str, path: bool) -> set[str]:
             found.add(base64.b64encode(f"{user}:{unquote(parts.password)}".encode()).decode())
     for _, value in parse_qsl(parts.query, keep_blank_values=True):
         found |= _variants(value)
-    if path and parts.path.strip("/"):
-        found.add(parts.path)
     return found
+
+
+_PATH_AT = r"(?<!/){}(?![\w%~-])"  # "/hook" in "host:80/hook?x" or "host/hook.", not in "//hooks.example"
+
+
+def _of_path(url: str) -> set[str]:
+    try:
+        path = urlsplit(url).path
+    except ValueError:
+        return set()
+    return {path} if path.strip("/") and len(path) >= _SHORTEST else set()
 
 
 def _of_header(value: str) -> set[str]:
@@ -95,8 +105,11 @@ def keep_secret(
     Values of fewer than 4 characters are hidden only where they stand in a URL.
     """
     found: set[str] = set()
+    paths: set[str] = set()
     if url:
         found |= _of_url(url, path)
+        if path:
+            paths = _of_path(url)
     for value in (headers or {}).values():
         if isinstance(value, str):
             found |= _of_header(value)
@@ -104,11 +117,14 @@ def keep_secret(
     found = {value for value in found if len(value) >= _SHORTEST and value != MASK}
     global _pattern
     with _lock:
-        if found <= _kept:
+        if found <= _kept and paths <= _kept_paths:
             return
         _kept.update(found)
+        _kept_paths.update(paths)
         # longest first: a secret that contains another is hidden whole
-        _pattern = re.compile("|".join(re.escape(v) for v in sorted(_kept, key=len, reverse=True)))
+        alternatives = [re.escape(v) for v in sorted(_kept, key=len, reverse=True)]
+        alternatives += [_PATH_AT.format(re.escape(v)) for v in sorted(_kept_paths, key=len, reverse=True)]
+        _pattern = re.compile("|".join(alternatives))
 
 
 def redact(text: str) -> str:

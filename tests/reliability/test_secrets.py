@@ -328,3 +328,14 @@ def test_configuration_errors_show_the_url_redacted(seen: Seen) -> None:
             seen.exception(exc)
         else:
             seen.texts.append(f"no error for a bad option ({CANARY} stands for the missed refusal)")
+
+
+def test_a_kept_path_is_hidden_where_it_stands_whole_and_nowhere_else() -> None:
+    """A Slack-style webhook path is a secret, yet "/hook" kept must not eat "//hooks.example.com"."""
+    from monitor_async._core.secrets import keep_secret, redact, redact_url
+
+    keep_secret("http://127.0.0.1:9/hook", path=True)
+    assert redact("POST http://127.0.0.1:9/hook failed") == "POST http://127.0.0.1:9*** failed"
+    assert redact("POST http://127.0.0.1:9/hook?retry=1.") == "POST http://127.0.0.1:9***?retry=***"
+    assert redact("see https://hooks.example.com/hooky") == "see https://hooks.example.com/hooky"
+    assert redact_url("https://hooks.slack.com/services/T0/B0/XYZ", path=True) == "https://hooks.slack.com/***"
