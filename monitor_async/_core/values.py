@@ -35,7 +35,7 @@ class _Collided(Exception):
 
 
 class KeyCache:
-    """``names[key]`` is ``prefix + key``; ``of`` computes it once per key.
+    """``names[key]`` is ``prefix + key`` (the key ``""`` is the prefix's name itself); ``of`` computes it once per key.
 
     A plain dict, for the interpreter's fast subscript on the hot path; it
     starts afresh past ``bound`` keys. ``added`` counts keys ever added;
@@ -66,7 +66,8 @@ class KeyCache:
                     return None
             if len(names) >= self.bound:
                 names.clear()
-            name = names[key] = self.prefix + text
+            # the key "" stands for the name itself: log("loss", {"": 0.5}) is "loss", as TensorBoard's tag
+            name = names[key] = self.prefix + text if text else self.prefix[:-1] or self.prefix
             self.added += 1
         return name
 
@@ -254,7 +255,7 @@ def nonfinite_values(raw: object, prefix: str) -> dict[str, float]:
         except Exception:  # noqa: BLE001 - an unreadable mapping has nothing to report
             continue
         for key, value in items:
-            name = f"{at}{key}"
+            name = f"{at}{key}" if depth or key != "" else at[:-1] or at  # the key "" is the name itself
             if isinstance(value, Mapping):
                 stack.append((name + "/", value, depth + 1))
                 continue

@@ -340,7 +340,9 @@ class Monitor:
         )
 
     # ------------------------------------------------------------- pushed values
-    def log(self, name: str, metrics: Mapping[str, Any], *, step: int | None = None) -> None:
+    def log(
+        self, name: str, metrics: Mapping[str, Any], *, step: int | None = None, time: float | None = None
+    ) -> None:
         """Pushes values from your own loop as a record named ``name``, written to every sink.
 
         Safe from any thread, never blocks, never raises on what it is given; what
@@ -352,6 +354,8 @@ class Monitor:
                 copied whole at the call.
             step: the record's step (an int), or ``None`` for the sinks to number
                 the records of ``name``.
+            time: the record's unix time in seconds (a TensorBoard ``walltime``), or
+                ``None`` for the time of the call.
 
         Raises:
             ConfigError: ``name`` is the name of a watch.
@@ -375,7 +379,7 @@ class Monitor:
             known = True
         if not known:
             self._registry.claim_push_name(name)
-        self._pushes.push(name, metrics, step)
+        self._pushes.push(name, metrics, step, time)
 
     # --------------------------------------------------------------- manual mode
     async def step(self) -> dict[str, dict[str, float]]:

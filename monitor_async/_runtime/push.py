@@ -155,11 +155,11 @@ class Pushes:
         self.alerts = alerts
 
     # ------------------------------------------------------------ caller's side
-    def push(self, name: Any, metrics: Any, step: Any) -> None:
-        """Queues one push; never blocks, never raises on what it is given (any thread)."""
+    def push(self, name: Any, metrics: Any, step: Any, when: Any = None) -> None:
+        """Queues one push stamped ``when`` (now by default); never blocks, never raises on what it is given (any thread)."""
         next(self._count)
         items = self._items
-        items.append((name, snapshot(metrics), step, _time()))
+        items.append((name, snapshot(metrics), step, _time() if when is None else when))
         if len(items) >= self._bar:
             self._busy()
 
@@ -380,6 +380,10 @@ class Pushes:
             if isinstance(step, bool) or not hasattr(step, "__index__"):
                 raise TypeError(f"step must be an int or None, got {type(step).__name__}")
             step = operator.index(step)  # numpy and torch integers too
+        if type(when) is not float:
+            if isinstance(when, bool) or not isinstance(when, (int, float)):
+                raise TypeError(f"time must be a number (unix seconds) or None, got {type(when).__name__}")
+            when = float(when)
         keys = self._caches.get(name)
         if keys is None:
             if len(self._caches) >= _NAMES:

@@ -162,13 +162,16 @@ class SyncMonitor:
         self._refuse_if_closed("watch")
         return self._call(functools.partial(self.monitor.watch, target, **options))
 
-    def log(self, name: str, metrics: Mapping[str, Any], *, step: int | None = None) -> None:
+    def log(
+        self, name: str, metrics: Mapping[str, Any], *, step: int | None = None, time: float | None = None
+    ) -> None:
         """Pushes values from any thread without waiting for the loop; see [Monitor.log][monitor_async.Monitor.log].
 
         Args:
             name: the record's name and key prefix (not a watch's name).
             metrics: a mapping of numbers (nested mappings flattened with ``/``).
             step: the record's step, or ``None`` for the sinks to number them.
+            time: the record's unix time, or ``None`` for the time of the call.
 
         Raises:
             ConfigError: ``name`` is the name of a watch.
@@ -187,7 +190,7 @@ class SyncMonitor:
             if self._forked:  # inert in a forked child: nothing there would ever write it
                 return
             self._refuse_if_closed("log")
-        self.monitor.log(name, metrics, step=step)
+        self.monitor.log(name, metrics, step=step, time=time)
 
     def unwatch(self, name: str) -> None:
         """Stops polling the named target."""
