@@ -381,6 +381,20 @@ class Monitor:
             self._registry.claim_push_name(name)
         self._pushes.push(name, metrics, step, time)
 
+    def pusher(self, name: str) -> Callable[[str, Any, Any, Any], None]:
+        """Claims ``name`` for pushes, as a first ``log(name, ...)`` does, and returns what ``log()`` calls.
+
+        ``push(name, metrics, step, time)`` is ``log()`` without the check of the
+        name at each call, for a caller that pushes under names it claimed this
+        way (the [SummaryWriter](summarywriter.md) does); the same guarantees.
+
+        Raises:
+            ConfigError: ``name`` is the name of a watch.
+        """
+        if name not in self._registry.pushed:
+            self._registry.claim_push_name(name)
+        return self._pushes.push
+
     # --------------------------------------------------------------- manual mode
     async def step(self) -> dict[str, dict[str, float]]:
         """Polls every target once, writes what is due to every sink, and returns it.

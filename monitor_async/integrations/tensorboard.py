@@ -15,6 +15,7 @@ import concurrent.futures
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from time import time as _time
@@ -86,10 +87,12 @@ def _kept(value: Any) -> Any:
 def _writer_class() -> Any:
     """The real writer of the other ``add_*`` methods: torch's when torch and tensorboard are installed, else tensorboardX's."""
     try:
-        from torch.utils.tensorboard import SummaryWriter as Writer
+        from torch.utils import tensorboard
     except ImportError:
-        from tensorboardX import SummaryWriter as Writer
-    return Writer
+        import tensorboardX
+
+        return tensorboardX.SummaryWriter
+    return tensorboard.SummaryWriter
 
 
 def _torch_writer(writer: Any) -> bool:
@@ -103,9 +106,20 @@ class _Events(TensorBoardSink):
     was left out) writes no event, as no call of torch's writer writes an empty one.
     """
 
-    def __init__(self, log_dir: str, *, flush_secs: float, filename_suffix: str) -> None:
+    def __init__(self, log_dir: str, *, flush_secs: float, filename_suffix: str, purge_step: int | None) -> None:
         super().__init__(log_dir, flush_secs=flush_secs, filename_suffix=filename_suffix, name="summarywriter")
         self.aside: set[str] = set()
+        self.purge_step = purge_step
+
+    def open_blocking(self) -> None:
+        super().open_blocking()
+        if self.purge_step is not None:  # as torch's writer: TensorBoard drops the earlier events from this step on
+            from tensorboardX.proto.event_pb2 import SessionLog
+
+            self._events.write_event(
+                self._event(wall_time=time.time(), step=self.purge_step, session_log=SessionLog(status=SessionLog.START))
+            )
+            self._events.flush()
 
     def write_blocking(self, records: Sequence[Record]) -> None:
         aside = self.aside
@@ -184,13 +198,15 @@ class SummaryWriter:
         else:
             more = [] if sinks is None else list(sinks) if isinstance(sinks, (list, tuple)) else [sinks]
             if tensorboard:
-                self._events = _Events(self.log_dir, flush_secs=flush_secs, filename_suffix=filename_suffix)
+                self._events = _Events(
+                    self.log_dir, flush_secs=flush_secs, filename_suffix=filename_suffix, purge_step=purge_step
+                )
                 more.insert(0, self._events)
             self._own = self._sync = SyncMonitor(more, alerts=list(alerts) if alerts is not None else None)
             self._own.start()
             core = self._own.monitor
-        self._log: Callable[..., None] = core.log
-        self._names: dict[str, tuple[str, str]] = {}
+        self._core = core
+        self._names: dict[str, tuple[str, str, Callable[..., None]]] = {}
         self._steps: dict[str, int] = {}
         self._lock = threading.Lock()
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
@@ -199,7 +215,7 @@ class SummaryWriter:
         self.failed = 0
         """Calls handed to the worker thread that failed there (each warned)."""
         self._closed = False
-        if purge_step is not None:  # the purge event opens a file of its own, sorted before the sink's
+        if purge_step is not None and self._events is None:  # no event file of ours: the real writer's says it
             self._submit("purge_step", lambda writer: None)
 
     # ---------------------------------------------------------------- scalars
@@ -211,12 +227,13 @@ class SummaryWriter:
         walltime: Any = None,
         new_style: bool = False,
         double_precision: bool = False,
-        **kwargs: Any,
+        display_name: str = "",
+        summary_description: str = "",
     ) -> None:
         """Pushes one scalar under ``tag`` at ``global_step`` (or the next step of ``tag``); returns at once.
 
         ``new_style``, ``double_precision`` (torch's) and ``display_name``,
-        ``summary_description`` (tensorboardX's) are taken, and the value written
+        ``summary_description`` (tensorboardX's) are taken; the value is written
         as a plain scalar.
         """
         names = self._names.get(tag)
@@ -228,13 +245,11 @@ class SummaryWriter:
             global_step = self._next_step(tag)
         elif type(global_step) is not int:
             global_step = int(global_step)
-        if walltime is None:
-            walltime = _time()
-        elif type(walltime) is not float:
+        if walltime is not None and type(walltime) is not float:
             walltime = float(walltime)
         if scalar_value - scalar_value != 0.0:  # NaN or inf: kept in the event file, and told to the alerts
-            self._nonfinite(tag, scalar_value, global_step, walltime)
-        self._log(names[0], {names[1]: scalar_value}, step=global_step, time=walltime)
+            walltime = self._nonfinite(tag, scalar_value, global_step, walltime)
+        names[2](names[0], {names[1]: scalar_value}, global_step, walltime)
 
     def add_scalars(
         self, main_tag: str, tag_scalar_dict: Mapping[str, Any], global_step: Any = None, walltime: Any = None
@@ -354,15 +369,19 @@ class SummaryWriter:
         return self._sync
 
     # ---------------------------------------------------------------- inside
-    def _name(self, tag: Any) -> tuple[str, str]:
-        """The push name and key of a tag not seen yet; refuses what TensorBoard's protobuf refuses."""
+    def _name(self, tag: Any) -> tuple[str, str, Callable[..., None]]:
+        """The push name, key and push of a tag not seen yet; refuses what TensorBoard's protobuf refuses."""
         if not isinstance(tag, str):
             raise TypeError(f"SummaryWriter.add_scalar: tag must be a str, got {type(tag).__name__}")
         if not tag:
             raise ValueError("SummaryWriter.add_scalar: the tag is empty; TensorBoard charts a scalar by its tag")
+        if self._closed:
+            raise ValueError("SummaryWriter.add_scalar(): the writer is closed")
+        head, key = _split(tag)
+        push = self._core.pusher(head)
         if len(self._names) >= _MAX_SPLITS:
             self._names.clear()
-        names = self._names[tag] = _split(tag)
+        names = self._names[tag] = (head, key, push)
         return names
 
     def _next_step(self, tag: str) -> int:
@@ -372,26 +391,28 @@ class SummaryWriter:
             self._steps[tag] = step + 1
         return step
 
-    def _nonfinite(self, tag: str, value: float, step: int, walltime: float) -> None:
+    def _nonfinite(self, tag: str, value: float, step: int, walltime: float | None) -> float:
         """NaN or inf: the push leaves it out (and the alerts see it); the event file keeps it, as torch's writer."""
+        walltime = _time() if walltime is None else walltime
         if self._events is None:
-            return
+            return walltime
 
         def write(writer: Any) -> None:
             if _torch_writer(writer):
-                from tensorboard.compat.proto.summary_pb2 import Summary
+                from tensorboard.compat.proto.summary_pb2 import Summary  # type: ignore[import-untyped]
             else:
                 from tensorboardX.proto.summary_pb2 import Summary
             summary = Summary(value=[Summary.Value(tag=tag, simple_value=value)])  # the tag as given, as torch's
             writer._get_file_writer().add_summary(summary, step, walltime)
 
         self._submit("add_scalar", write)
+        return walltime
 
     def _aside(self, head: str, values: Mapping[str, float], step: int | None, walltime: float) -> None:
         """Pushes values whose event files the worker thread writes, for the other sinks only."""
         if self._events is not None:
             self._events.aside.update(f"{head}/{key}" if key else head for key in values)
-        self._log(head, dict(values), step=step, time=walltime)
+        self._core.pusher(head)(head, dict(values), step, walltime)
 
     def _submit(self, what: str, fn: Callable[[Any], Any]) -> None:
         """Runs ``fn(real writer)`` on the worker thread, in call order; a failure is warned and counted."""
@@ -408,7 +429,7 @@ class SummaryWriter:
         try:
             if self._real is None:
                 self._real = _writer_class()(
-                    self.log_dir, purge_step=self.purge_step, max_queue=self.max_queue,
+                    self.log_dir, purge_step=self.purge_step if self._events is None else None, max_queue=self.max_queue,
                     flush_secs=self.flush_secs, filename_suffix=self.filename_suffix,
                 )
             fn(self._real)
