@@ -51,6 +51,8 @@ class Scenario:
     function: str
     full: dict[str, Any]
     quick: dict[str, Any]
+    default: bool = True
+    """Run by ``python -m benchmarks`` without ``--only``; ``False`` for a long one (minutes), named with ``--only``."""
 
     def load(self) -> Callable[..., list[Row]]:
         module = importlib.import_module(f"benchmarks.{self.module}")
@@ -83,6 +85,10 @@ SCENARIOS: dict[str, Scenario] = {
         "bench_alerts", "run", {},
         {"trials": 20, "intervals": 200, "targets": 2000, "warmup": 1.0, "seconds": 2.0, "rounds": 1},
     ),
+    "summarywriter": Scenario(
+        "bench_writer", "run", {}, {"bursts": 6, "size": 200, "peer_bursts": 3, "peer_size": 30}
+    ),
+    "cleanrl": Scenario("bench_writer", "run_cleanrl", {}, {"total_timesteps": 2048, "rounds": 1}, default=False),
 }
 
 
@@ -335,7 +341,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     baseline = not args.no_torchrl
     if args.check is not None:
         return _run_checks(parser, args.check)
-    names = [args.child] if args.child else [n.strip() for n in args.only.split(",") if n.strip()] or list(SCENARIOS)
+    names = [args.child] if args.child else [n.strip() for n in args.only.split(",") if n.strip()] or [
+        name for name, scenario in SCENARIOS.items() if scenario.default
+    ]
     unknown = [n for n in names if n not in SCENARIOS]
     if unknown:
         parser.error(f"unknown scenario(s) {', '.join(unknown)}; choose among {', '.join(SCENARIOS)}")
