@@ -14,6 +14,7 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -30,6 +31,10 @@ from .._runtime.sync import SyncMonitor
 from ..backends import TensorBoardSink
 
 __all__ = ["SummaryWriter"]
+
+QUEUE_SIZE = 8192
+"""The writer's own monitor's ``queue_size``: a burst of this many values fits each sink's queue at once
+(a script logs in bursts, and an event file is written slower than values come)."""
 
 _MAX_SPLITS = 100_000
 """Tags whose push name and key are kept; more distinct tags start the cache afresh."""
@@ -85,7 +90,14 @@ def _kept(value: Any) -> Any:
 
 
 def _writer_class() -> Any:
-    """The real writer of the other ``add_*`` methods: torch's when torch and tensorboard are installed, else tensorboardX's."""
+    """The real writer of the other ``add_*`` methods: torch's in a script that imported torch, else tensorboardX's.
+
+    (Importing torch on the worker thread would hold the GIL, and the monitor's loop, for a second.)
+    """
+    if "torch" not in sys.modules:
+        import tensorboardX
+
+        return tensorboardX.SummaryWriter
     try:
         from torch.utils import tensorboard
     except ImportError:
@@ -181,6 +193,11 @@ class SummaryWriter:
             current_time = datetime.now().strftime("%b%d_%H-%M-%S")
             log_dir = os.path.join("runs", current_time + "_" + socket.gethostname() + comment)
         self.log_dir = os.fspath(log_dir)
+        # imported here, on the caller's thread, as torch's writer is: two threads importing tensorboardX's
+        # protobuf modules at once can see one half made, and an import holds the monitor's loop meanwhile
+        import tensorboardX  # noqa: F401
+
+        self._writer_class = _writer_class()
         self.purge_step = purge_step
         self.max_queue = max_queue
         self.flush_secs = flush_secs
@@ -202,7 +219,9 @@ class SummaryWriter:
                     self.log_dir, flush_secs=flush_secs, filename_suffix=filename_suffix, purge_step=purge_step
                 )
                 more.insert(0, self._events)
-            self._own = self._sync = SyncMonitor(more, alerts=list(alerts) if alerts is not None else None)
+            self._own = self._sync = SyncMonitor(
+                more, alerts=list(alerts) if alerts is not None else None, queue_size=QUEUE_SIZE
+            )
             self._own.start()
             core = self._own.monitor
         self._core = core
@@ -317,13 +336,13 @@ class SummaryWriter:
         """Every other ``add_*`` method of TensorBoard's writer, run on the worker thread with copies of its arrays."""
         if not attr.startswith("add_"):
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {attr!r}")
-        if not callable(getattr(_writer_class(), attr, None)):
+        if not callable(getattr(self._writer_class, attr, None)):
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {attr!r}")
 
         def call(*args: Any, **kwargs: Any) -> None:
             args = tuple(_kept(a) for a in args)
             kwargs = {k: _kept(v) for k, v in kwargs.items()}
-            if "walltime" in _walltimes(attr) and kwargs.get("walltime") is None:
+            if "walltime" in _walltimes(self._writer_class, attr) and kwargs.get("walltime") is None:
                 kwargs["walltime"] = _time()
             self._submit(attr, lambda writer: getattr(writer, attr)(*args, **kwargs))
 
@@ -428,7 +447,7 @@ class SummaryWriter:
     def _run(self, what: str, fn: Callable[[Any], Any]) -> None:
         try:
             if self._real is None:
-                self._real = _writer_class()(
+                self._real = self._writer_class(
                     self.log_dir, purge_step=self.purge_step if self._events is None else None, max_queue=self.max_queue,
                     flush_secs=self.flush_secs, filename_suffix=self.filename_suffix,
                 )
@@ -451,11 +470,11 @@ class SummaryWriter:
             self._real.close()
 
 
-def _walltimes(attr: str) -> tuple[str, ...]:
-    """``("walltime",)`` when tensorboardX's ``attr`` takes one (stamped at the call, not on the worker thread)."""
+def _walltimes(writer_class: Any, attr: str) -> tuple[str, ...]:
+    """``("walltime",)`` when the real writer's ``attr`` takes one (stamped at the call, not on the worker thread)."""
     import inspect
 
     try:
-        return tuple(p for p in inspect.signature(getattr(_writer_class(), attr)).parameters if p == "walltime")
+        return tuple(p for p in inspect.signature(getattr(writer_class, attr)).parameters if p == "walltime")
     except (TypeError, ValueError):
         return ()
