@@ -1,6 +1,7 @@
 """The SummaryWriter drop-in against torch's own writer: the same calls, the same runs, tags, steps and values.
 
-Both writers' event files are read back with TensorBoard's EventAccumulator.
+Both writers' event files are read back with TensorBoard's EventAccumulator
+([the guarantee](docs/guarantees.md#a-summarywriter-script-keeps-its-runs-integrationstest_summarywriterpy)).
 """
 
 from __future__ import annotations
