@@ -57,7 +57,7 @@ def _value_text(value: float | None) -> str:
 class Track:
     """One rule for one watch (or key) and source: whether it fires, since when, the last value."""
 
-    __slots__ = ("engine", "event", "firing", "metric", "rule", "since", "source", "value", "watch")
+    __slots__ = ("engine", "event", "firing", "metric", "plain", "rule", "since", "source", "value", "watch")
 
     def __init__(self, engine: Host, rule: Alert, watch: str, metric: str | None, source: Mapping[str, Any]) -> None:
         self.engine = engine
@@ -69,6 +69,8 @@ class Track:
         self.since = engine.clock()
         self.value: float | None = None
         self.event: AlertEvent | None = None
+        self.plain: Stalled | None = None
+        """Itself, when a `Stalled` not firing nor held has a value: the engine then takes a move inline."""
 
     def update(self, metrics: Mapping[str, float], now: float) -> None:
         """A snapshot of the watch (its full keys)."""
@@ -83,6 +85,7 @@ class Track:
     def fire(self, since: float, message: str) -> None:
         if not self.firing:
             self.firing = True
+            self.plain = None
             self.engine.emit(self, "firing", since, message)
 
     def resolve(self, message: str) -> None:
@@ -132,6 +135,7 @@ class Stalled(Track):
                 self.resolve(f"{self.metric}{self.where} moves again (now {_value_text(value)})")
         elif not self.firing and now - self.last_increase >= self.after:
             self.check(now)
+        self.plain = None if self.firing or self.held else self
 
     def due(self) -> float:
         return math.inf if self.firing or self.held or self.value is None else self.last_increase + self.after
