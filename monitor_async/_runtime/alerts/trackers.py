@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import math
-import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from ..._core.alerts import Alert, AlertEvent
 from ..._core.policy import describe
+from ..._core.text import clock
 from ..._core.threads import RaisedOnThread, on_thread, wait_future
 
 __all__ = ["Host", "Nonfinite", "Quiet", "QuietWatches", "Stalled", "Threshold", "Track", "Unhealthy"]
@@ -38,10 +38,6 @@ class Host(Protocol):
     def soon(self, at: float) -> None: ...
 
     def emit(self, track: Track, state: str, since: float, message: str) -> None: ...
-
-
-def _clock_text(unix: float) -> str:
-    return time.strftime("%H:%M:%S", time.localtime(unix))
 
 
 def _seconds(value: float) -> str:
@@ -146,7 +142,7 @@ class Stalled(Track):
             at = self.engine.unix(self.last_increase)
             self.fire(self.last_increase, (
                 f"{self.metric}{self.where} has not increased for {_seconds(now - self.last_increase)} "
-                f"(last value {_value_text(self.value)} at {_clock_text(at)})"
+                f"(last value {_value_text(self.value)} at {clock(at)})"
             ))
 
 
@@ -176,7 +172,7 @@ class Quiet(Track):
         if not self.firing and now - self.last >= self.after:
             self.since = self.last
             self.fire(self.last, f"{self.watch}{self.where} has not answered for {_seconds(now - self.last)} "
-                                 f"(no successful poll or push since {_clock_text(self.engine.unix(self.last))})")
+                                 f"(no successful poll or push since {clock(self.engine.unix(self.last))})")
 
 
 class QuietWatches:
