@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.support.tensorboard import TORCH, only_run, ppo_script, run_ppo, steps
+from tests.support.tensorboard import TORCH, only_run, ppo_script, run_script, steps
 
 from ._common import Row, quiet
 from .bench_push import _per_call
@@ -89,7 +89,7 @@ def run(*, bursts: int = 40, size: int = 500, peer_bursts: int = 20, peer_size: 
 
 def _timed(script: Path, args: list[str]) -> float:
     started = time.perf_counter()
-    run_ppo(script, args, timeout=1800)
+    run_script(script, args, timeout=1800)
     return time.perf_counter() - started
 
 

@@ -107,6 +107,13 @@ def _writer_class() -> Any:
     return tensorboard.SummaryWriter
 
 
+def _wandb_syncs_tensorboard() -> bool:
+    """Whether ``wandb.init(sync_tensorboard=True)`` (or ``wandb.tensorboard.patch()``) patched the writers."""
+    wandb = sys.modules.get("wandb")
+    patched = getattr(wandb, "patched", None)
+    return isinstance(patched, dict) and bool(patched.get("tensorboard"))
+
+
 def _torch_writer(writer: Any) -> bool:
     return type(writer).__module__.startswith("torch")
 
@@ -236,6 +243,10 @@ class SummaryWriter:
         self._closed = False
         if purge_step is not None and self._events is None:  # no event file of ours: the real writer's says it
             self._submit("purge_step", lambda writer: None)
+        elif self._events is not None and _wandb_syncs_tensorboard():
+            # wandb.init(sync_tensorboard=True) learns a log_dir from the writers' EventFileWriter it patched;
+            # the real writer makes one, and wandb then reads every event file in log_dir, ours too
+            self._submit("SummaryWriter", lambda writer: None)
 
     # ---------------------------------------------------------------- scalars
     def add_scalar(

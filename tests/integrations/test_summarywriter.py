@@ -25,7 +25,8 @@ from torch.utils.tensorboard import SummaryWriter as TorchWriter
 from monitor_async import Alert, ConfigError, SyncMonitor
 from monitor_async.backends import CSVSink, MemorySink
 from monitor_async.integrations.tensorboard import SummaryWriter
-from tests.support.tensorboard import TORCH, only_run, others, ppo_script, run_ppo, scalars, steps
+from tests.support.tensorboard import TORCH, only_run, others, ppo_script, run_script, scalars, steps
+from tests.support.wandb_runs import history
 
 
 def both(tmp_path: Path, calls: Callable[[Any], None]) -> tuple[Path, Path]:
@@ -43,9 +44,9 @@ def test_cleanrl_ppo_with_only_the_import_changed_writes_torchs_runs(tmp_path: P
     args = ["--total-timesteps", "2048", "--seed", "3"]
     (tmp_path / "ours").mkdir()
     (tmp_path / "torch").mkdir()
-    output = run_ppo(ppo_script(tmp_path / "ours"), args)
+    output = run_script(ppo_script(tmp_path / "ours"), args)
     assert not [t for t in output.splitlines() if "SummaryWriter" in t or "fail" in t or "dropp" in t], output
-    run_ppo(ppo_script(tmp_path / "torch", TORCH), args)
+    run_script(ppo_script(tmp_path / "torch", TORCH), args)
     ours, theirs = only_run(tmp_path / "ours"), only_run(tmp_path / "torch")
 
     mine, torchs = steps(ours), steps(theirs)
@@ -199,3 +200,42 @@ def test_a_key_of_empty_name_is_the_push_name_itself() -> None:
     with SyncMonitor(sink) as monitor:
         monitor.log("loss", {"": 0.5}, step=3, time=1234.5)
     assert [(r.name, r.step, r.time, r.metrics) for r in sink.records] == [("loss", 3, 1234.5, {"loss": 0.5})]
+
+
+WANDB_SCRIPT = """
+import sys
+
+import torch  # a torch script: the real writer is torch's
+import wandb
+
+if sys.argv[1] == "ours":
+    from monitor_async.integrations.tensorboard import SummaryWriter
+else:
+    from torch.utils.tensorboard import SummaryWriter
+
+run = wandb.init(project="summarywriter", sync_tensorboard=True)
+writer = SummaryWriter("runs/ppo")
+for i in range(20):
+    writer.add_scalar("charts/episodic_return", float(i), 10 * i)
+    writer.add_scalar("losses/value_loss", 1.0 / (i + 1), 10 * i)
+writer.close()
+run.finish()
+"""
+
+
+@pytest.mark.timeout(600)
+def test_wandb_sync_tensorboard_reads_our_event_files_as_torchs(tmp_path: Path) -> None:
+    pytest.importorskip("wandb")
+    rows = {}
+    for which in ("ours", "torch"):
+        folder = tmp_path / which
+        folder.mkdir()
+        script = folder / "train.py"
+        script.write_text(WANDB_SCRIPT)
+        run_script(script, [which], env={"WANDB_MODE": "offline", "WANDB_SILENT": "true", "WANDB_DIR": str(folder)})
+        rows[which] = [
+            {k: v for k, v in row.items() if not k.startswith("_")} for row in history(folder)
+        ]
+    assert len(rows["ours"]) == 20
+    assert rows["ours"] == rows["torch"]
+    assert rows["ours"][3] == {"global_step": 30, "charts/episodic_return": 3, "losses/value_loss": 0.25}

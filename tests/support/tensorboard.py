@@ -62,8 +62,8 @@ def ppo_script(folder: Path, import_line: str = OURS, name: str = "ppo.py") -> P
     return script
 
 
-def run_ppo(script: Path, args: Sequence[str], timeout: float = 600, env: dict[str, Any] | None = None) -> str:
-    """``python ppo.py ARGS`` in the script's folder, as CleanRL's users run it; its output."""
+def run_script(script: Path, args: Sequence[str], timeout: float = 600, env: dict[str, Any] | None = None) -> str:
+    """``python <script> ARGS`` in the script's folder, as its users run it (CleanRL's ppo.py...); its output."""
     environ = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     environ.update(env or {})
     done = subprocess.run(
