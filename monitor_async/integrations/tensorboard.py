@@ -171,6 +171,7 @@ class SummaryWriter:
         monitor: a running `SyncMonitor` or `Monitor` to push into instead of one
             of the writer's own; its sinks are the ones written (``sinks=`` is refused).
         tensorboard: write the event files in ``log_dir`` (default ``True``).
+        logdir: tensorboardX's name of ``log_dir``.
 
     Raises:
         ConfigError: ``sinks=`` or ``alerts=`` given with ``monitor=``.
@@ -195,7 +196,10 @@ class SummaryWriter:
         alerts: Iterable[Alert] | None = None,
         monitor: Any = None,
         tensorboard: bool = True,
+        logdir: str | os.PathLike[str] | None = None,
     ) -> None:
+        if log_dir is None:
+            log_dir = logdir  # tensorboardX's name of it
         if log_dir is None:
             current_time = datetime.now().strftime("%b%d_%H-%M-%S")
             log_dir = os.path.join("runs", current_time + "_" + socket.gethostname() + comment)

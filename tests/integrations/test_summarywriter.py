@@ -112,6 +112,17 @@ def test_a_value_torch_refuses_is_refused_the_same_way_and_loses_nothing_else(tm
     assert steps(tmp_path / "ours") == {(".", "x"): [(1, 1.0)]}
 
 
+def test_a_tensorboardx_script_keeps_its_tags_and_steps(tmp_path: Path) -> None:
+    import tensorboardX
+
+    for cls, folder in ((SummaryWriter, tmp_path / "ours"), (tensorboardX.SummaryWriter, tmp_path / "tbx")):
+        with cls(logdir=str(folder)) as writer:
+            for i in range(4):
+                writer.add_scalar("rewards/episode_reward", np.float64(2.0 * i), i, display_name="reward")
+                writer.add_scalar("fps", 100 + i, i)
+    assert steps(tmp_path / "ours") == steps(tmp_path / "tbx")
+
+
 def test_a_scalar_without_step_takes_the_next_step_of_its_tag(tmp_path: Path) -> None:
     with SummaryWriter(str(tmp_path)) as writer:
         for i in range(3):
