@@ -25,6 +25,7 @@ from torch.utils.tensorboard import SummaryWriter as TorchWriter
 from monitor_async import Alert, ConfigError, SyncMonitor
 from monitor_async.backends import CSVSink, MemorySink
 from monitor_async.integrations.tensorboard import SummaryWriter
+from tests.support.sinks import HungThreadSink
 from tests.support.tensorboard import TORCH, only_run, others, ppo_script, run_script, scalars, steps
 from tests.support.wandb_runs import history
 
@@ -164,6 +165,18 @@ def test_every_value_also_reaches_the_sinks_given(tmp_path: Path) -> None:
     }
     # add_scalars' values are in their own runs, as torch writes them, not also in the main one
     assert set(steps(tmp_path / "tb")) == {(".", "charts/episodic_return"), (".", "loss"), ("run_x", "run")}
+
+
+def test_a_hung_sink_holds_up_neither_the_script_nor_the_event_file(tmp_path: Path) -> None:
+    hung = HungThreadSink()
+    writer = SummaryWriter(str(tmp_path), sinks=[hung])
+    writer.add_scalar("charts/sps", 0.0, 0)
+    assert hung.entered.wait(30)
+    for i in range(1, 1000):  # each returns while the sink's write hangs
+        writer.add_scalar("charts/sps", float(i), i)
+    hung.release.set()
+    writer.close()
+    assert [s for s, _ in steps(tmp_path)[(".", "charts/sps")]] == list(range(1000))
 
 
 def test_an_existing_monitor_gets_the_pushes(tmp_path: Path) -> None:
