@@ -380,6 +380,7 @@ class SummaryWriter:
         if self._closed:
             return
         self._closed = True
+        self._names.clear()  # a later add_scalar goes through _name(), which refuses it
         self._settle(flush=False)
         if self._pool is not None:
             self._pool.submit(self._close_real).result()

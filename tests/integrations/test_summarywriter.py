@@ -202,6 +202,9 @@ def test_no_log_dir_makes_torchs_folder_and_close_writes_everything(tmp_path: Pa
         writer.add_scalar("losses/loss", float(i), i)
     writer.close()
     assert [s for s, _ in steps(run)[(".", "losses/loss")]] == list(range(8192))
+    with pytest.raises(ValueError, match="closed"):  # not a value silently lost
+        writer.add_scalar("losses/loss", 1.0, 9000)
+    writer.close()  # idempotent
 
 
 def test_purge_step_hides_the_earlier_runs_later_events_as_torchs_does(tmp_path: Path) -> None:
