@@ -16,6 +16,7 @@ from ._common import Row
 __all__ = ["HISTORY", "fmt", "fmt_goal", "headline", "line", "render", "table", "write_results"]
 
 HISTORY = "## History"
+LONG = "## Long scenarios"
 """The heading of the one-line-per-full-run history; a run keeps it and may add a line."""
 
 
@@ -119,7 +120,8 @@ def history_lines(text: str) -> list[str]:
 
 
 def render(
-    about: Sequence[str], summary: str, results: str, notes: Sequence[tuple[str, str, str]], history: Sequence[str]
+    about: Sequence[str], summary: str, results: str, notes: Sequence[tuple[str, str, str]], history: Sequence[str],
+    long: str = "",
 ) -> str:
     """``RESULTS.md``: the run's ``about`` lines (command, date, machine), its table, its notes, the history.
 
@@ -134,7 +136,7 @@ def render(
     return f"""# Benchmark results
 
 Written by `python -m benchmarks --write`; do not edit by hand. The latest run's table and notes
-are below, then one line per full run. How each scenario is measured is in its module's
+are below, then the long scenarios' (run only with `--only`), then one line per full run. How each scenario is measured is in its module's
 docstring (`benchmarks/bench_*.py`); what the figures mean, in `docs/performance.md`.
 
 ## Latest run
@@ -153,7 +155,7 @@ Every scenario ran in a fresh interpreter. {summary}
 
 {notes_text}
 
-{HISTORY}
+{long}{HISTORY}
 
 One line per full run (`python -m benchmarks --write`): date, commit, headline figures. The
 lines up to 8bfff35 were read off the notebook this file once kept by hand; in them, the two
@@ -166,9 +168,13 @@ least-bookkeeping floor), with the plain thread they were held to then beside th
 
 def write_results(
     path: Path, rows: Sequence[Row], command: str, started: dt.datetime, seconds: float,
-    info: Mapping[str, str], full: bool,
+    info: Mapping[str, str], full: bool, long: bool = False,
 ) -> None:
-    """Writes the run to ``path``, keeping the history there and, for a ``full`` run, adding its line."""
+    """Writes the run to ``path``, keeping the history there and, for a ``full`` run, adding its line.
+
+    ``long``: the run was of long scenarios only (not in a run of the whole suite); their section
+    is written, and the rest of ``path`` kept. Another run keeps that section as it is.
+    """
     when = started.strftime("%Y-%m-%d %H:%M %Z").strip()
     about = [
         f"- Command: `{command}` (run from the repository root)",
@@ -177,8 +183,29 @@ def write_results(
     ]
     met = [row.met for row in rows if row.met is not None]
     summary = f"{sum(met)} of {len(met)} goals met." if met else "No goals checked."
-    history = history_lines(path.read_text(encoding="utf-8")) if path.exists() else []
+    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    if long:  # only the long scenarios ran: their section is replaced, the latest run and history kept
+        section = f"{LONG}\n\n" + "\n".join(about) + f"\n\n{summary}\n\n{table(rows)}\n"
+        start, end = _long_span(text)
+        if start < 0:
+            at = text.find("\n" + HISTORY + "\n")
+            start = end = at + 1 if at >= 0 else len(text)
+            section += "\n"
+        path.write_text(text[:start] + section + text[end:], encoding="utf-8")
+        return
+    history = history_lines(text)
     if full:
         history.append(f"- {when}, {info['commit']}: {headline(rows)}")
     notes = [(row.scenario, row.measure, row.note) for row in rows if row.note]
-    path.write_text(render(about, summary, table(rows), notes, history), encoding="utf-8")
+    start, end = _long_span(text)
+    kept = text[start:end] if start >= 0 else ""
+    path.write_text(render(about, summary, table(rows), notes, history, kept), encoding="utf-8")
+
+
+def _long_span(text: str) -> tuple[int, int]:
+    """Where the long scenarios' section is in ``text`` (up to the history), or ``(-1, -1)``."""
+    start = text.find("\n" + LONG + "\n")
+    if start < 0:
+        return -1, -1
+    end = text.find("\n" + HISTORY + "\n", start)
+    return start + 1, end + 1 if end >= 0 else len(text)
