@@ -161,3 +161,31 @@ def test_against_runs_both_trees_by_turns_and_prints_old_against_new(tmp_path: P
 def test_against_a_directory_that_is_no_checkout_is_refused(tmp_path: Path) -> None:
     done = _bench("--against", str(tmp_path), "--only", "memory", timeout=60)
     assert done.returncode == 2 and "not a checkout" in done.stderr
+
+
+def test_summarywriter_scenario_times_ours_beside_torchs_and_tensorboardxs(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    rows = _rows(tmp_path, "--only", "summarywriter", "--quick", "--no-torchrl")
+    goals = {r["measure"]: r["goal"] for r in rows}
+    assert goals["ours: add_scalar at the caller, us a call (goal: <= 1.5 us)"] == ["max", 1.5]
+    assert [r["goal"] for r in rows if r["measure"].startswith("ours vs")] == [["ratio", 20.0], ["ratio", 20.0]]
+    written = next(r for r in rows if r["measure"].startswith("values in the event file"))
+    assert written["ours"] == 1.0
+
+
+@pytest.mark.timeout(600)
+def test_a_long_scenario_writes_its_own_section_and_keeps_the_latest_run(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("tyro")
+    out = tmp_path / "RESULTS.md"
+    out.write_text((ROOT / "benchmarks" / "RESULTS.md").read_text(encoding="utf-8"), encoding="utf-8")
+    before = out.read_text(encoding="utf-8")
+    latest = before[before.index("## Latest run"):before.index("### Notes on the figures")]
+    done = _bench("--quick", "--only", "cleanrl", "--no-torchrl", "--set", "total_timesteps=512", "--output", str(out),
+                  timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    text = out.read_text(encoding="utf-8")
+    assert latest in text  # the latest full run is kept
+    section = text[text.index("## Long scenarios"):text.index("## History")]
+    assert "--only cleanrl" in section and "17. CleanRL ppo.py" in section
+    assert text.count("## Long scenarios") == 1
