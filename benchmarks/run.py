@@ -400,7 +400,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if output is not None:
         full = not (args.quick or args.only or args.set or failed)
         info = {**info, "commit": _commit(ROOT)}
-        long = bool(names) and not failed and not any(SCENARIOS[name].default for name in names)
+        long = bool(names) and not any(SCENARIOS[name].default for name in names)
         write_results(output, rows, command, started_at, seconds, info, full, long)
         print(f"wrote {output}", flush=True)
     return 1 if failed else 0
