@@ -12,14 +12,17 @@ the event file, read back with TensorBoard's EventAccumulator.
 users run it, ``python ppo.py --total-timesteps N``, with torch's writer, with
 ours writing only the TensorBoard files (the import changed), and with ours
 writing TensorBoard + CSV with ``Alert.defaults()``. Each is a fresh process
-timed from start to exit; the three run by turns, ``rounds`` times, and the
-figure is the median of the per-round ratios ours / torch's. Long (minutes):
+timed from start to exit; the three run by turns, ``rounds`` times, each
+variant first in one round, and the figure is the median of the per-round
+ratios ours / torch's; the process's CPU time (user + system) is reported
+beside it, which a shared machine's load moves far less. Long (minutes):
 not in a run of the whole suite, only with ``--only cleanrl``.
 """
 
 from __future__ import annotations
 
 import os
+import resource
 import statistics
 import tempfile
 import time
@@ -87,10 +90,14 @@ def run(*, bursts: int = 40, size: int = 500, peer_bursts: int = 20, peer_size: 
     ]
 
 
-def _timed(script: Path, args: list[str]) -> float:
+def _timed(script: Path, args: list[str]) -> tuple[float, float]:
+    """The run's wall time and its CPU time (user + system, the child's), in seconds."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     run_script(script, args, timeout=1800)
-    return time.perf_counter() - started
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def run_cleanrl(*, total_timesteps: int = 50_000, rounds: int = 3, baseline: bool = True) -> list[Row]:
@@ -100,14 +107,19 @@ def run_cleanrl(*, total_timesteps: int = 50_000, rounds: int = 3, baseline: boo
     args = ["--total-timesteps", str(total_timesteps), "--seed", "1"]
     variants = {"torch": TORCH, "ours": None, "ours_sinks": "from cleanrl_writer import SummaryWriter\n"}
     times: dict[str, list[float]] = {name: [] for name in variants}
+    cpu: dict[str, list[float]] = {name: [] for name in variants}
+    order = list(variants)
     for turn in range(rounds):
-        for name, line in variants.items():
+        for name in order[turn % 3:] + order[:turn % 3]:  # each variant first in a round in turn
+            line = variants[name]
             folder = root / f"{name}-{turn}"
             folder.mkdir()
             if name == "ours_sinks":
                 (folder / "cleanrl_writer.py").write_text(WITH_SINKS)
             script = ppo_script(folder, line) if line is not None else ppo_script(folder)
-            times[name].append(_timed(script, args))
+            wall, used = _timed(script, args)
+            times[name].append(wall)
+            cpu[name].append(used)
             if name == "ours_sinks":
                 assert (only_run(folder) / "metrics.csv").stat().st_size > 0
     torch_s = statistics.median(times["torch"])
@@ -119,6 +131,12 @@ def run_cleanrl(*, total_timesteps: int = 50_000, rounds: int = 3, baseline: boo
             CLEANRL, f"{label}: wall time / torch's (goal: <= 1.02)", statistics.median(ratios), unit="share",
             goal=("max", 1.02),
             extra={"seconds": statistics.median(times[name]), **{f"round{i}": t for i, t in enumerate(times[name])}},
+            note="per-round wall times, torch's then ours: " + ", ".join(
+                f"{theirs:.0f}/{mine:.0f} s" for theirs, mine in zip(times["torch"], times[name], strict=True)
+            ),
         ))
+        cpu_ratios = [mine / theirs for mine, theirs in zip(cpu[name], cpu["torch"], strict=True)]
+        rows.append(Row(CLEANRL, f"{label}: CPU time / torch's (reported)", statistics.median(cpu_ratios),
+                        unit="share", extra={"seconds": statistics.median(cpu[name])}))
     rows.append(Row(CLEANRL, "load average during the run", os.getloadavg()[0], unit="share"))
     return rows

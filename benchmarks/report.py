@@ -185,7 +185,8 @@ def write_results(
     summary = f"{sum(met)} of {len(met)} goals met." if met else "No goals checked."
     text = path.read_text(encoding="utf-8") if path.exists() else ""
     if long:  # only the long scenarios ran: their section is replaced, the latest run and history kept
-        section = f"{LONG}\n\n" + "\n".join(about) + f"\n\n{summary}\n\n{table(rows)}\n"
+        noted = "".join(f"- {row.measure}: {row.note}\n" for row in rows if row.note)
+        section = f"{LONG}\n\n" + "\n".join(about) + f"\n\n{summary}\n\n{table(rows)}\n" + (f"\n{noted}" if noted else "")
         start, end = _long_span(text)
         if start < 0:
             at = text.find("\n" + HISTORY + "\n")
