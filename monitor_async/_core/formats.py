@@ -13,11 +13,15 @@ Examples:
 
 A launch mark is written by ``csv_launch_row`` and ``jsonl_launch_line`` from
 ``launch_info()``, and read by ``csv_launch`` and ``jsonl_launch``: what a
-mark says is changed here, for both formats and both directions.
+mark says is changed here, for both formats and both directions. The mark of
+a resumed launch also says which launch it resumes and where (``resumes``:
+written by the same two, read by ``csv_launch_more`` and ``launch_resumes``).
 """
 
 from __future__ import annotations
 
+import csv
+import io
 import math
 import os
 import socket
@@ -43,11 +47,13 @@ __all__ = [
     "LAUNCH",
     "LAUNCH_PID",
     "csv_launch",
+    "csv_launch_more",
     "csv_launch_row",
     "finite",
     "jsonl_launch",
     "jsonl_launch_line",
     "launch_info",
+    "launch_resumes",
     "parse_source",
     "source_text",
 ]
@@ -77,6 +83,8 @@ LAUNCH = "__launch__"
 """The watch name of the CSV row that marks a new launch appending to a file."""
 LAUNCH_PID = f"{LAUNCH}/pid"
 """The metric of that row; its value is the process id."""
+RESUMES = f"{LAUNCH}/resumes"
+"""The metric prefix of the rows that follow it in a resumed launch's mark (``/time``, ``/pid``, ``/at``, ``/watch/<name>``)."""
 
 
 def launch_info() -> dict[str, object]:
@@ -85,10 +93,43 @@ def launch_info() -> dict[str, object]:
 
 
 def csv_launch_row(info: Mapping[str, object], *, source: bool) -> str:
-    """The CSV row marking the launch ``info`` describes (``time`` and ``pid``), with an empty source cell if ``source``."""
+    """The CSV row marking the launch ``info`` describes (``time`` and ``pid``), with an empty source cell if ``source``.
+
+    A resumed launch (``info["resumes"]``, see ``launch_resumes``) gets more
+    rows after it: the resumed launch's ``time`` and ``pid``, the checkpoint's
+    time ``at``, when the resuming launch began (``by``), and per watch its
+    step (in the step column) and time.
+
+    Examples:
+        >>> print(csv_launch_row({"time": 9.0, "pid": 42, "resumes": {"time": 1.0, "pid": 7, "at": 5.0,
+        ...                       "watches": {"rb": [300, 4.5]}}}, source=False), end="")
+        9.0,__launch__,,__launch__/pid,42.0
+        9.0,__launch__,,__launch__/resumes/time,1.0
+        9.0,__launch__,,__launch__/resumes/pid,7.0
+        9.0,__launch__,,__launch__/resumes/at,5.0
+        9.0,__launch__,,__launch__/resumes/by,nan
+        9.0,__launch__,300,__launch__/resumes/watch/rb,4.5
+    """
     pid = info["pid"]
     value = float(pid) if isinstance(pid, int) else 0.0
-    return f"{info['time']!r},{LAUNCH},,{LAUNCH_PID},{value!r}{',' if source else ''}\n"
+    end = "," if source else ""
+    when = f"{info['time']!r}"
+    text = f"{when},{LAUNCH},,{LAUNCH_PID},{value!r}{end}\n"
+    resumes = info.get("resumes")
+    if not isinstance(resumes, Mapping):
+        return text
+    buf = io.StringIO()
+    rows = csv.writer(buf, lineterminator="\n")
+    for key in ("time", "pid", "at", "by"):
+        number = finite(resumes.get(key))
+        rows.writerow([when, LAUNCH, "", f"{RESUMES}/{key}", repr(number if number is not None else math.nan),
+                       *([""] if source else [])])
+    watches = resumes.get("watches")
+    for name, (step, at) in (watches.items() if isinstance(watches, Mapping) else ()):
+        number = finite(at)
+        rows.writerow([when, LAUNCH, "" if step is None else str(step), f"{RESUMES}/watch/{name}",
+                       repr(number if number is not None else math.nan), *([""] if source else [])])
+    return text + buf.getvalue()
 
 
 def csv_launch(fields: Sequence[str]) -> dict[str, Any] | None:
@@ -97,6 +138,57 @@ def csv_launch(fields: Sequence[str]) -> dict[str, Any] | None:
         return {"time": float(fields[0]), "pid": int(float(fields[4]))}
     except (ValueError, IndexError, OverflowError):
         return None
+
+
+def csv_launch_more(info: dict[str, Any], fields: Sequence[str]) -> bool:
+    """Adds a ``__launch__/resumes/...`` row (``fields``, its name already checked) to ``info``, the mark it follows.
+
+    Returns False when the row is not one of them, or is malformed.
+    """
+    try:
+        metric, value = fields[3], float(fields[4])
+        step = int(fields[2]) if fields[2] else None
+    except (ValueError, IndexError, OverflowError):
+        return False
+    if not metric.startswith(RESUMES + "/"):
+        return False
+    resumes = info.setdefault("resumes", {"watches": {}})
+    key = metric[len(RESUMES) + 1 :]
+    number = value if math.isfinite(value) else None
+    if key.startswith("watch/"):
+        resumes["watches"][key[len("watch/") :]] = [step, number]
+    elif key in ("time", "pid", "at", "by"):
+        resumes[key] = int(value) if key == "pid" and number is not None else number
+    else:
+        return False
+    return True
+
+
+def launch_resumes(info: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What a launch mark says of the launch it resumes, or None (a launch of its own).
+
+    ``{"time", "pid", "at", "by", "watches": {name: [step, time]}}``: the
+    resumed launch began at ``time`` and the resuming one at ``by`` (the
+    mark's own time when absent); of the records written between the two, a
+    watch's with a step greater than its step here, or else later than its
+    time here (``at`` for a name not listed), are superseded by this launch's.
+    """
+    resumes = info.get("resumes")
+    if not isinstance(resumes, Mapping):
+        return None
+    began, at = finite(resumes.get("time")), finite(resumes.get("at"))
+    watches = resumes.get("watches")
+    if began is None or at is None or not isinstance(watches, Mapping):
+        return None
+    points: dict[str, list[Any]] = {}
+    for name, entry in watches.items():
+        if isinstance(entry, (list, tuple)) and len(entry) == 2:
+            step = entry[0] if isinstance(entry[0], int) and not isinstance(entry[0], bool) else None
+            points[str(name)] = [step, finite(entry[1])]
+    by = finite(resumes.get("by"))
+    if by is None:
+        by = finite(info.get("time"))
+    return {"time": began, "pid": resumes.get("pid"), "at": at, "by": by, "watches": points}
 
 
 def jsonl_launch_line(info: Mapping[str, object], encode: Callable[[object], str]) -> str:

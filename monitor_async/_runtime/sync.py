@@ -221,6 +221,16 @@ class SyncMonitor:
         """The events of the alerts firing now (see `Monitor.firing`)."""
         return self._call(self.monitor.firing)
 
+    def state_dict(self) -> dict[str, Any]:
+        """What a restarted process needs to continue this run (see `Monitor.state_dict`); for a checkpoint."""
+        self._refuse_if_closed("state_dict")
+        return self._call(self.monitor.state_dict)
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continues the run ``state`` was taken in; before ``start()`` or the first ``step()`` (see `Monitor.load_state_dict`)."""
+        self._refuse_if_closed("load_state_dict")
+        self._call(functools.partial(self.monitor.load_state_dict, state))
+
     def start(self) -> SyncMonitor:
         """Starts background polling (``background=True``); otherwise only re-arms ``stop()``."""
         self._guard()

@@ -76,6 +76,8 @@ class Engine:
         self.offset = 0.0  # running time = monotonic() - offset
         self.paused_at: float | None = time.monotonic()  # stopped (or never started) since
         self.scan_nonfinite = False
+        self.carried: dict[tuple[str, str, str | None], dict[str, Any]] = {}
+        """Episodes firing when the state a resumed launch loaded was taken, by (rule, watch, metric): see `carry`."""
         for rule in rules:
             self.add(rule)
 
@@ -425,9 +427,14 @@ class Engine:
 
     def emit(self, track: Track, state: str, since: float, message: str) -> None:
         rule = track.rule
+        began = self.unix(since)
+        if self.carried and state == "firing":
+            carried = self.carried.pop((rule.name, track.watch, track.metric), None)
+            if carried is not None and isinstance(carried.get("since"), (int, float)):
+                began = min(began, float(carried["since"]))
         event = AlertEvent(
             rule.name, state, rule.severity, track.watch, track.metric, track.value,  # type: ignore[arg-type]
-            self.unix(since), time.time(), track.source, message,
+            began, time.time(), track.source, message,
         )
         if state == "firing":
             self.counts["alerts_fired"] += 1
@@ -459,6 +466,29 @@ class Engine:
 
     def firing(self) -> list[AlertEvent]:
         return list(self.firing_now.values())
+
+    # ------------------------------------------------------------- resuming
+    def episodes(self) -> list[dict[str, Any]]:
+        """The episodes firing now, as plain values (``Monitor.state_dict()``), those carried over included."""
+        out = [
+            {"rule": e.rule, "watch": e.watch, "metric": e.metric, "since": e.since, "value": e.value}
+            for e in self.firing_now.values()
+        ]
+        seen = {(e["rule"], e["watch"], e["metric"]) for e in out}
+        out += [dict(e) for key, e in self.carried.items() if key not in seen]
+        return out
+
+    def carry(self, episodes: Iterable[Mapping[str, Any]]) -> None:
+        """A resumed launch: ``episodes`` were firing at the checkpoint.
+
+        The trackers start afresh (the time the job was down counts toward no
+        rule, and a restart alone fires nothing); an episode that fires again
+        keeps its first ``since``, so it reads as the one episode it is.
+        """
+        self.carried = {
+            (str(e["rule"]), str(e.get("watch")), None if e.get("metric") is None else str(e["metric"])): dict(e)
+            for e in episodes
+        }
 
     def report(self, out: dict[str, float]) -> None:
         out["alerts_firing"] = float(len(self.firing_now))
