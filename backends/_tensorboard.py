@@ -16,6 +16,8 @@ from ._text import escape
 __all__ = ["TensorBoardSink"]
 
 _files = itertools.count()
+_BEYOND = 1 << 62
+"""A step beyond any a run reaches: the event that makes the purges after it out of order."""
 
 
 class TensorBoardSink(ThreadedSink):
@@ -77,6 +79,7 @@ class TensorBoardSink(ThreadedSink):
         self.keys_escaped = 0
         self._events: Any = None
         self._index: dict[str, int] = {}
+        self._tags: dict[str, frozenset[str]] = {}  # per record name, the tags written (a resumed launch purges them)
         self._dirty = False
         self._flushed = 0.0
 
@@ -98,15 +101,62 @@ class TensorBoardSink(ThreadedSink):
             ) from exc
         self._event, self._summary, self._value = Event, Summary, Summary.Value
         self._flushed = time.monotonic()
+        if self.resuming is not None:
+            self._purge_blocking()
+
+    def resume_state(self) -> dict[str, Any] | None:
+        """The tags written per record name, and the numbering of the records without a step: what a resume purges."""
+        tags = list(self._tags.items())  # one C call: the sink's thread may add a name meanwhile
+        return {"tags": {name: sorted(known) for name, known in tags}, "index": dict(self._index)}
+
+    async def _resume_open(self) -> None:
+        await self.call(self._purge_blocking)
+
+    def _purge_blocking(self) -> None:
+        """Makes TensorBoard drop what the resumed launch wrote after the checkpoint, per record name.
+
+        TensorBoard's reader (``EventAccumulator``), told by a ``brain.Event:1``
+        file version to purge on an out-of-order step, drops the values of an
+        event's tags at its step and above. After one event at a step beyond
+        any, an event per name holding only its tags, at the step after the
+        checkpoint's, purges that name's superseded part (watches have steps
+        of their own); then ``brain.Event:2`` restores the usual reading.
+        """
+        point, saved = self.resuming, self.resumed or {}
+        assert point is not None
+        tags = saved.get("tags") if isinstance(saved.get("tags"), dict) else {}
+        index = saved.get("index") if isinstance(saved.get("index"), dict) else {}
+        for name, n in index.items():
+            if isinstance(n, int) and not isinstance(n, bool):
+                self._index[str(name)] = max(n, self._index.get(str(name), 0))  # numbering goes on
+        purges = []
+        for name, known in tags.items():
+            at = point.watches.get(name)
+            start = at.step + 1 if at is not None and at.step is not None else index.get(name)
+            if isinstance(start, int) and isinstance(known, list) and known:
+                purges.append((start, [self._value(tag=str(tag)) for tag in known]))
+        if not purges:
+            return
+        now, event, write = time.time(), self._event, self._events.write_event
+        write(event(wall_time=now, file_version="brain.Event:1"))
+        write(event(wall_time=now, step=_BEYOND, summary=self._summary()))
+        for start, values in purges:
+            write(event(wall_time=now, step=start, summary=self._summary(value=values)))
+        write(event(wall_time=now, file_version="brain.Event:2"))
+        self._events.flush()
 
     def write_blocking(self, records: Sequence[Record]) -> None:
         write = self._events.write_event
         event, summary, value = self._event, self._summary, self._value
         index = self._index
         failed: list[tuple[Record, Exception]] = []
+        tags = self._tags
         for r in records:
             n = index.get(r.name, 0)
             index[r.name] = n + 1
+            known = tags.get(r.name)
+            if known is None or not known.issuperset(r.metrics):
+                tags[r.name] = (known or frozenset()).union(r.metrics)
             try:
                 try:
                     values = [value(tag=k, simple_value=v) for k, v in r.metrics.items()]

@@ -12,9 +12,9 @@ from .._core.formats import source_text
 from .._core.names import RATE, split_rates
 from .._core.record import Record
 from .._core.text import clock, count, eng
-from .runs import Launch, Run
+from .runs import Launch, Resume, Run
 
-__all__ = ["MONITOR", "Summary", "alert_line", "describe", "duration", "episodes"]
+__all__ = ["MONITOR", "Summary", "alert_line", "describe", "duration", "episodes", "resumed_line"]
 
 
 def duration(seconds: float) -> str:
@@ -94,7 +94,8 @@ class Summary:
                 out.start = min(out.start, item.time)
                 out.end = max(out.end, item.time)
             elif isinstance(item, Launch):
-                out.launches.append(item)
+                if not any(r.file == item.file and r.time == item.time for r in run.resumes):
+                    out.launches.append(item)  # a resumed launch is said apart (see `resumed_line`)
             else:
                 out.alerts.append(item)
             out.files_launches = max(out.files_launches, launch)
@@ -169,6 +170,28 @@ def alert_line(firing: AlertEvent, resolved: AlertEvent | None) -> str:
     return f"{clock(firing.time)}  {firing.severity:<8}  {firing.rule} ({where}) · {state}{message}"
 
 
+def resumed_line(resume: Resume) -> str:
+    """What ``show`` says of a resumed launch: which launch it resumed, from where, and what it superseded.
+
+    Examples:
+        >>> from pathlib import Path
+        >>> r = Resume(Path("m.jsonl"), 100.0, 9, 0.0, 7, 50.0, 99.0, {"train": (300, 49.0)}, 42)
+        >>> resumed_line(r)[:9], resumed_line(r)[17:]
+        ('resumed: ', 'launch of pid 9 resumed the launch of pid 7 from its checkpoint at train step 300; 42 records it logged after the checkpoint are superseded (--launches all shows them)')
+    """
+    stepped = [f"{name} step {step}" for name, (step, _) in resume.watches.items() if step is not None]
+    where = ", ".join(stepped[:3]) + (f" and {len(stepped) - 3} more" if len(stepped) > 3 else "")
+    if not where:
+        where = clock(resume.at)
+    pid = "" if resume.pid is None else f" of pid {resume.pid}"
+    old = "" if resume.resumed_pid is None else f" of pid {resume.resumed_pid}"
+    return (
+        f"resumed: {clock(resume.by)} launch{pid} resumed the launch{old} from its checkpoint at {where}; "
+        f"{count(resume.superseded, 'record')} it logged after the checkpoint are superseded "
+        "(--launches all shows them)"
+    )
+
+
 def describe(run: Run) -> list[str]:
     """The lines ``monitor-async show`` prints for ``run``, read in one pass (memory per metric); see [show](cli.md#show).
 
@@ -209,6 +232,9 @@ def describe(run: Run) -> list[str]:
             for launch in summary.launches[:5]
         )
         lines.append(f"{summary.files_launches} launches appended to the same file: later ones began at {marks}")
+    lines += [resumed_line(resume) for resume in run.resumes[:5]]
+    if len(run.resumes) > 5:
+        lines.append(f"and {count(len(run.resumes) - 5, 'more resumed launch')}")
     for firing, resolved in episodes(summary.alerts):
         lines.append("alert " + alert_line(firing, resolved))
     for w in summary.watches.values():

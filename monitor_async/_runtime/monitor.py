@@ -654,6 +654,10 @@ class Monitor:
                 "and the records those had logged after the checkpoint stay superseded",
                 " and ".join(parts),
             )
+        for name, at in point.watches.items():
+            watch = self._watches.get(name)
+            if watch is not None:
+                watch.resumed_step = at.step
         self._alerts.carry(point.alerts)
         for channel in self._channels:
             resume = getattr(channel.sink, "resume", None)

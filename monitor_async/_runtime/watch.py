@@ -149,6 +149,7 @@ class Watch:
         "warned_key",
         "unlogged",
         "on_record",
+        "resumed_step",
     )
 
     def __init__(
@@ -211,6 +212,7 @@ class Watch:
         self.failing = False
         self.capped = False
         self.unlogged: dict[str, float] | None = None  # the values of the last poll the schedule did not log
+        self.resumed_step: int | None = None  # a resumed launch: the step this watch had at the checkpoint
         # no schedule, no rate named like a counter, no record hook: the fast read may take the poll
         self.plain = schedule is None and not self.rates_overlap and on_record is None
         # a thread-offloaded stats() is flattened on its worker thread (see prepare)
@@ -240,6 +242,14 @@ class Watch:
             self.unlogged = metrics
             return None, dropped
         step = None if self.step_key is None else self._step(metrics)
+        if step is not None and step == self.resumed_step and not self.has_logged:
+            # a resumed watch back at its checkpoint's step: the launch it resumes logged that step
+            # (one value per step); the baseline starts here, so the first rate is within this launch
+            self.resumed_step = None
+            self.baseline = self._counters(metrics)
+            self.baseline_time = now
+            self.unlogged = metrics
+            return None, dropped
         if force and step is not None and step == self.last_step and self.has_logged:
             # the final snapshot of a step already logged: a second row of one step (TensorBoard and
             # wandb keep one value per step) would only repeat it
