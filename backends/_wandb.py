@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Sequence
+import logging
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from monitor_async._core import AlertEvent, Ranks, Record, ThreadedAlertSink, check_ranks
+from monitor_async._core.resume import ResumePoint
+
+log = logging.getLogger("monitor_async")
 
 __all__ = ["WandbSink"]
 
@@ -89,15 +93,54 @@ class WandbSink(ThreadedAlertSink):
         self._index: dict[str, int] = {}
 
     def open_blocking(self) -> None:
+        saved = self.resumed or {}
         if self.run is not None:
+            self._check_resumed(saved)
+            self._define_resumed()
             return
         import wandb
 
         if wandb.run is not None:
             self.run = wandb.run
+            self._check_resumed(saved)
         else:
-            self.run = wandb.init(**self.init_kwargs)
+            kwargs = dict(self.init_kwargs)
+            run_id = saved.get("id") if self.resuming is not None else None
+            if isinstance(run_id, str) and run_id and "id" not in kwargs:
+                kwargs["id"] = run_id  # the run the resumed launch logged to, continued
+                kwargs.setdefault("resume", "allow")
+            self.run = wandb.init(**kwargs)
             self._owns_run = True
+        self._define_resumed()
+
+    def _define_resumed(self) -> None:
+        """The axes of the names numbered on from the state (the write path defines only a new name's)."""
+        for name in self._index:
+            self.run.define_metric(f"{name}/step")
+            self.run.define_metric(f"{name}/*", step_metric=f"{name}/step")
+
+    def _check_resumed(self, saved: dict[str, Any]) -> None:
+        """A run given (or active): it is logged to as it is; a resume to another run is said."""
+        run_id = saved.get("id")
+        if self.resuming is not None and isinstance(run_id, str) and run_id != getattr(self.run, "id", run_id):
+            log.warning("sink %r: resuming, but it was given wandb run %s; the launch resumed logged to run %s",
+                        self.label, getattr(self.run, "id", None), run_id)
+
+    def resume_state(self) -> dict[str, Any] | None:
+        """The wandb run's id (continued with ``resume="allow"``) and the numbering of step-less records."""
+        run_id = getattr(self.run, "id", None)
+        if not isinstance(run_id, str):
+            return None
+        return {"id": run_id, "index": dict(self._index)}
+
+    async def resume(self, point: ResumePoint, state: Mapping[str, Any] | None) -> None:
+        """Continues the wandb run the resumed launch logged to (see [resuming](resuming.md#wandbsink))."""
+        await super().resume(point, state)
+        index = (state or {}).get("index")
+        if isinstance(index, Mapping):
+            for name, n in index.items():
+                if isinstance(n, int) and not isinstance(n, bool):
+                    self._index[str(name)] = max(n, self._index.get(str(name), 0))
 
     def write_blocking(self, records: Sequence[Record]) -> None:
         run = self.run
