@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +10,7 @@ import pytest
 from monitor_async import Monitor
 from monitor_async.backends import WandbSink
 from tests.support.targets import Collector
+from tests.support.wandb_runs import transaction_log as run_log
 
 wandb = pytest.importorskip("wandb")
 
@@ -20,11 +18,7 @@ wandb = pytest.importorskip("wandb")
 def transaction_log(wandb_dir: Path) -> list[dict[str, Any]]:
     """The records of the single offline run under ``wandb_dir``, via ``wandb leet inspect --json``."""
     [run_dir] = (wandb_dir / "wandb").glob("offline-run-*")
-    out = subprocess.run(
-        [sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(run_dir)],
-        capture_output=True, text=True, timeout=60, check=True,
-    ).stdout
-    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    return run_log(run_dir)
 
 
 async def test_a_created_run_gets_one_axis_per_watch_and_is_finished(wandb_offline: Path) -> None:
