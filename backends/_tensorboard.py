@@ -124,14 +124,14 @@ class TensorBoardSink(ThreadedSink):
         """
         point, saved = self.resuming, self.resumed or {}
         assert point is not None
-        tags = saved.get("tags") if isinstance(saved.get("tags"), dict) else {}
-        index = saved.get("index") if isinstance(saved.get("index"), dict) else {}
+        tags: dict[str, Any] = saved["tags"] if isinstance(saved.get("tags"), dict) else {}
+        index: dict[str, Any] = saved["index"] if isinstance(saved.get("index"), dict) else {}
         for name, n in index.items():
             if isinstance(n, int) and not isinstance(n, bool):
                 self._index[str(name)] = max(n, self._index.get(str(name), 0))  # numbering goes on
         purges = []
         for name, known in tags.items():
-            at = point.watches.get(name)
+            at = point.point(name)
             start = at.step + 1 if at is not None and at.step is not None else index.get(name)
             if isinstance(start, int) and isinstance(known, list) and known:
                 purges.append((start, [self._value(tag=str(tag)) for tag in known]))

@@ -82,6 +82,7 @@ def _write(path: Path, records: int, launches: int) -> None:
     keep = steps - steps // 10  # a tenth of each launch is superseded by the next
     encode = json.JSONEncoder(separators=(",", ":")).encode
     now, start = 1.7e9, 0
+    previous = now  # when the launch before began
     with path.open("w") as f:
         for launch in range(launches):
             began = now

@@ -45,6 +45,7 @@ class ResumePoint:
         sinks: what each sink saved (its ``resume_state()``), by label.
         alerts: the alert episodes firing at the call (``rule``, ``watch``, ``metric``, ``since``, ``value``).
         by: the launch that resumes it (``id``, ``time``), set by the monitor that loaded the state.
+        pushed: per name given to ``log()``, its last step and time at the call.
     """
 
     launch: dict[str, Any]
@@ -53,19 +54,25 @@ class ResumePoint:
     sinks: dict[str, dict[str, Any]] = field(default_factory=dict)
     alerts: list[dict[str, Any]] = field(default_factory=list)
     by: dict[str, Any] = field(default_factory=dict)
+    pushed: dict[str, WatchPoint] = field(default_factory=dict)
+
+    def point(self, name: str) -> WatchPoint | None:
+        """Where the watch or pushed name ``name`` stood at the call (None: the state does not name it)."""
+        return self.watches.get(name) or self.pushed.get(name)
 
     def mark(self) -> dict[str, Any]:
         """What a file's launch mark says of the launch it resumes (``resumes`` in JSONL, rows in CSV)."""
         return {
             "id": self.launch.get("id"), "time": self.launch.get("time"), "pid": self.launch.get("pid"),
             "at": self.time, "by": self.by.get("time"),
-            "watches": {name: [p.step, p.time] for name, p in self.watches.items()},
+            "watches": {name: [p.step, p.time] for name, p in (*self.pushed.items(), *self.watches.items())},
         }
 
 
 def build_state(
     launch: Mapping[str, Any], now: float, watches: Mapping[str, tuple[int | None, float | None]],
     sinks: Mapping[str, dict[str, Any]], alerts: list[dict[str, Any]],
+    pushed: Mapping[str, tuple[int | None, float | None]] | None = None,
 ) -> dict[str, Any]:
     """The plain dict ``Monitor.state_dict()`` returns (see [Resuming a run](resuming.md#the-state))."""
     return {
@@ -74,6 +81,7 @@ def build_state(
         "launch": dict(launch),
         "time": now,
         "watches": {name: [step, when] for name, (step, when) in watches.items()},
+        "pushed": {name: [step, when] for name, (step, when) in (pushed or {}).items()},
         "sinks": dict(sinks),
         "alerts": alerts,
     }
@@ -117,17 +125,7 @@ def read_state(state: Any) -> ResumePoint:
     _number(launch.get("time"), "launch['time']")
     now = _number(state.get("time"), "'time'")
     assert now is not None
-    raw_watches = state.get("watches")
-    if not isinstance(raw_watches, Mapping):
-        raise _fail(f"'watches' must be a dict, got {type(raw_watches).__name__}")
-    watches: dict[str, WatchPoint] = {}
-    for name, entry in raw_watches.items():
-        if not isinstance(name, str) or not isinstance(entry, (list, tuple)) or len(entry) != 2:
-            raise _fail(f"watches[{name!r}] must be [step, time], got {entry!r}")
-        step, when = entry
-        if step is not None and (isinstance(step, bool) or not isinstance(step, int)):
-            raise _fail(f"watches[{name!r}]: the step must be an int or None, got {step!r}")
-        watches[name] = WatchPoint(step, _number(when, f"watches[{name!r}]: the time", none=True))
+    watches, pushed = _points(state, "watches"), _points(state, "pushed")
     sinks = state.get("sinks")
     if not isinstance(sinks, Mapping) or not all(isinstance(v, Mapping) for v in sinks.values()):
         raise _fail(f"'sinks' must be a dict of dicts, got {sinks!r}")
@@ -135,5 +133,22 @@ def read_state(state: Any) -> ResumePoint:
     if not isinstance(alerts, list) or not all(isinstance(a, Mapping) and isinstance(a.get("rule"), str) for a in alerts):
         raise _fail(f"'alerts' must be a list of episodes (dicts with a 'rule'), got {alerts!r}")
     return ResumePoint(
-        dict(launch), now, watches, {str(k): dict(v) for k, v in sinks.items()}, [dict(a) for a in alerts]
+        dict(launch), now, watches, {str(k): dict(v) for k, v in sinks.items()}, [dict(a) for a in alerts],
+        pushed=pushed,
     )
+
+
+def _points(state: Mapping[str, Any], key: str) -> dict[str, WatchPoint]:
+    """The ``{name: [step, time]}`` entry ``key`` of a state (``pushed`` may be absent)."""
+    raw = state.get(key, {} if key == "pushed" else None)
+    if not isinstance(raw, Mapping):
+        raise _fail(f"'{key}' must be a dict, got {type(raw).__name__}")
+    points: dict[str, WatchPoint] = {}
+    for name, entry in raw.items():
+        if not isinstance(name, str) or not isinstance(entry, (list, tuple)) or len(entry) != 2:
+            raise _fail(f"{key}[{name!r}] must be [step, time], got {entry!r}")
+        step, when = entry
+        if step is not None and (isinstance(step, bool) or not isinstance(step, int)):
+            raise _fail(f"{key}[{name!r}]: the step must be an int or None, got {step!r}")
+        points[name] = WatchPoint(step, _number(when, f"{key}[{name!r}]: the time", none=True))
+    return points

@@ -12,8 +12,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import threading
-from collections.abc import Callable, Sequence
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Protocol, TypeVar, runtime_checkable
 

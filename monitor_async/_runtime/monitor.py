@@ -613,7 +613,8 @@ class Monitor:
             saved = saver() if callable(saver) else None
             if saved:
                 sinks[channel.label] = saved
-        return build_state(self._launch, now, watches, sinks, self._alerts.episodes())
+        pushed = {name: point for name, point in self._pushes.points.items() if name not in self._watches}
+        return build_state(self._launch, now, watches, sinks, self._alerts.episodes(), pushed)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continues the run ``state`` (from `state_dict`, in the process that was stopped) was taken in.

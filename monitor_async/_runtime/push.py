@@ -120,7 +120,7 @@ class Pushes:
     __slots__ = (
         "_bar", "_busy_drain", "_caches", "_count", "_dropping", "_failed", "_failing", "_fast", "_half", "_items",
         "_lock", "_loop", "_lost_before", "_lost_drained", "_reads", "_seen", "_stalled", "_taken", "_timer",
-        "alerts", "errors", "fanout", "limit", "max_values", "queue_size", "source",
+        "alerts", "errors", "fanout", "limit", "max_values", "points", "queue_size", "source",
     )
 
     def __init__(
@@ -136,6 +136,8 @@ class Pushes:
         self._count = itertools.count()  # next() is atomic: one per push, one per read of pushed
         self._reads = 0
         self._taken = 0  # pushes the drain took, made into records or failed
+        self.points: dict[str, tuple[int | None, float]] = {}
+        """Each pushed name's last step and time, for ``Monitor.state_dict()`` (bounded as the key caches are)."""
         self._failed = 0  # pushes the drain took that could not be made into records
         self._items: deque[_Push] = deque(maxlen=limit)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -388,6 +390,10 @@ class Pushes:
         if type(metrics) is not dict and not isinstance(metrics, Mapping):
             raise TypeError(f"metrics must be a mapping of numbers, got {type(metrics).__name__}")
         values, dropped = read(metrics, self.max_values, keys)
+        points = self.points
+        if len(points) >= _NAMES and name not in points:
+            points.clear()
+        points[name] = (step, when)
         return new_record(name, step, when, values, self.source), dropped
 
     @property
