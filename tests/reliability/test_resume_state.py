@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import json
 import pickle
+import time
 from pathlib import Path
 from typing import Any
 
@@ -157,3 +158,59 @@ def marks_of(rows: list[dict[str, str]]) -> dict[int, float]:
     steps = [int(r["step"]) for r in rows]
     assert len(steps) == len(set(steps)), "a step is there twice"
     return {int(r["step"]): float(r["train/mark"]) for r in rows}
+
+
+class Frames:
+    """A counter that moves only when told to."""
+
+    def __init__(self) -> None:
+        self.frames = 0
+
+    def stats(self) -> dict[str, float]:
+        return {"frames": self.frames}
+
+
+def test_an_episode_firing_at_the_checkpoint_keeps_its_since_and_a_restart_alone_fires_nothing(tmp_path: Path) -> None:
+    from monitor_async import Alert, AlertEvent
+
+    def stalled(events: list[AlertEvent]) -> SyncMonitor:
+        return SyncMonitor(CSVSink(tmp_path / "metrics.csv"), background=False, poll_interval=0.05,
+                           alerts=[Alert.stalled("t/frames", after=0.2)], notify=events.append)
+
+    first: list[AlertEvent] = []
+    monitor = stalled(first)
+    monitor.watch(Frames(), name="t")
+    monitor.step()
+    deadline = time.monotonic() + 10
+    while not monitor.firing() and time.monotonic() < deadline:
+        time.sleep(0.05)
+        monitor.step()
+    [fired] = monitor.firing()
+    state = monitor.state_dict()
+    monitor.close()
+    assert [(e["rule"], e["since"]) for e in state["alerts"]] == [(fired.rule, fired.since)]
+
+    again: list[AlertEvent] = []  # still stalled after the restart: the same episode goes on
+    monitor = stalled(again)
+    monitor.watch(Frames(), name="t")
+    monitor.load_state_dict(state)
+    monitor.step()
+    deadline = time.monotonic() + 10
+    while not monitor.firing() and time.monotonic() < deadline:
+        time.sleep(0.05)
+        monitor.step()
+    [refired] = monitor.firing()
+    monitor.close()
+    assert refired.since == fired.since, "one episode across the restart"
+
+    moving: list[AlertEvent] = []  # moving after the restart: nothing fires, however long it was down
+    monitor = stalled(moving)
+    target = Frames()
+    monitor.watch(target, name="t")
+    monitor.load_state_dict(state)
+    for _ in range(6):
+        target.frames += 1
+        monitor.step()
+        time.sleep(0.05)
+    monitor.close()
+    assert moving == []
