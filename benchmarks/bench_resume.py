@@ -124,7 +124,7 @@ def _peak(path: Path) -> float:
     return peak / 1e6
 
 
-def run_readers(*, records: int = 1_000_000, launches: int = 10, repeat: int = 3, baseline: bool = True) -> list[Row]:
+def run_readers(*, records: int = 1_000_000, launches: int = 10, repeat: int = 1, baseline: bool = True) -> list[Row]:
     """``show`` and ``export --wide`` of ``records`` records in one launch, and in ``launches`` resumed ones."""
     quiet()
     folder = Path(tempfile.mkdtemp())
