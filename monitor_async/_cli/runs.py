@@ -107,8 +107,9 @@ class Run:
 
             source = heapq.merge(*(counted(f) for f in followers), key=lambda entry: entry[1].time)
         self.resumes = resumes
+        windows = [(r.began, r.by, r) for r in resumes]  # most records fall in one window at most
         for launch, item in source:
-            if resumes and isinstance(item, Record) and self._superseded(item, resumes):
+            if windows and isinstance(item, Record) and self._superseded(item, windows):
                 continue
             if keep is not None and isinstance(item, Record):
                 metrics = {k: v for k, v in item.metrics.items() if keep(item.name, k)}
@@ -119,9 +120,10 @@ class Run:
             yield launch, item
 
     @staticmethod
-    def _superseded(record: Record, resumes: list[Resume]) -> bool:
-        for resume in resumes:
-            if resume.covers(record):
+    def _superseded(record: Record, windows: list[tuple[float, float, Resume]]) -> bool:
+        when = record.time
+        for began, by, resume in windows:
+            if began <= when < by and resume.covers(record):
                 resume.superseded += 1
                 return True
         return False
