@@ -214,3 +214,30 @@ def test_an_episode_firing_at_the_checkpoint_keeps_its_since_and_a_restart_alone
         time.sleep(0.05)
     monitor.close()
     assert moving == []
+
+
+def test_pushed_names_resume_too_in_tensorboard_and_the_files(tmp_path: Path) -> None:
+    from monitor_async.backends import TensorBoardSink
+    from tests.support.resume_trainer import tensorboard_scalars
+
+    def pushes(mark: float, steps: range, state: Any = None, take_at: int | None = None) -> Any:
+        monitor = SyncMonitor([TensorBoardSink(tmp_path / "tb"), JSONLSink(tmp_path / "metrics.jsonl")],
+                              background=False)
+        if state is not None:
+            monitor.load_state_dict(state)
+        taken = None
+        for step in steps:
+            monitor.log("learner", {"loss": mark}, step=step)
+            monitor.step()
+            if step == take_at:
+                taken = monitor.state_dict()
+        monitor.close()
+        return taken
+
+    state = pushes(1.0, range(10), take_at=4)
+    assert state["pushed"]["learner"][0] == 4
+    pushes(2.0, range(5, 8), state=state)
+    want = {s: 1.0 if s <= 4 else 2.0 for s in range(8)}
+    assert dict(tensorboard_scalars(tmp_path / "tb")["learner/loss"]) == want
+    rows = wide(tmp_path / "metrics.jsonl")
+    assert {int(r["step"]): float(r["learner/loss"]) for r in rows} == want and len(rows) == 8
