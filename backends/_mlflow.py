@@ -15,7 +15,7 @@ from urllib.parse import urlparse
 
 from monitor_async._core import AlertEvent, ConfigError, DeliveryError, Ranks, Record, check_ranks
 from monitor_async._core.checks import number, refuse
-from monitor_async._core.resume import ResumePoint
+from monitor_async._core.resume import ResumePoint, number_on
 from monitor_async._core.secrets import HTTP_URL, check_http_url, keep_secret, redact, redact_logs, redact_url
 
 from ._delivery import (
@@ -356,11 +356,7 @@ class MLflowSink(ResilientSink):
         elif self._run_id != run_id:
             log.warning("sink %r: resuming, but it was given run %s; the launch resumed logged to run %s, "
                         "which it leaves as it is", self.label, self._run_id, run_id)
-        index = saved.get("index")
-        if isinstance(index, Mapping):
-            for name, n in index.items():
-                if isinstance(n, int) and not isinstance(n, bool):
-                    self._index[str(name)] = max(n, self._index.get(str(name), 0))
+        number_on(self._index, saved)
 
     def open_blocking(self) -> None:
         if urlparse(self.tracking_uri).scheme in ("http", "https"):

@@ -10,6 +10,7 @@ from typing import Any
 
 from monitor_async._core import PartialWriteError, Ranks, Record, ThreadedSink, check_ranks, keep_apart
 from monitor_async._core.checks import number
+from monitor_async._core.resume import number_on
 
 from ._text import escape
 
@@ -126,9 +127,7 @@ class TensorBoardSink(ThreadedSink):
         assert point is not None
         tags: dict[str, Any] = saved["tags"] if isinstance(saved.get("tags"), dict) else {}
         index: dict[str, Any] = saved["index"] if isinstance(saved.get("index"), dict) else {}
-        for name, n in index.items():
-            if isinstance(n, int) and not isinstance(n, bool):
-                self._index[str(name)] = max(n, self._index.get(str(name), 0))  # numbering goes on
+        number_on(self._index, saved)  # numbering goes on
         purges = []
         for name, known in tags.items():
             at = point.point(name)

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from monitor_async._core import AlertEvent, Ranks, Record, ThreadedAlertSink, check_ranks
-from monitor_async._core.resume import ResumePoint
+from monitor_async._core.resume import ResumePoint, number_on
 
 log = logging.getLogger("monitor_async")
 
@@ -136,11 +136,7 @@ class WandbSink(ThreadedAlertSink):
     async def resume(self, point: ResumePoint, state: Mapping[str, Any] | None) -> None:
         """Continues the wandb run the resumed launch logged to (see [resuming](resuming.md#wandbsink))."""
         await super().resume(point, state)
-        index = (state or {}).get("index")
-        if isinstance(index, Mapping):
-            for name, n in index.items():
-                if isinstance(n, int) and not isinstance(n, bool):
-                    self._index[str(name)] = max(n, self._index.get(str(name), 0))
+        number_on(self._index, state)
 
     def write_blocking(self, records: Sequence[Record]) -> None:
         run = self.run

@@ -17,7 +17,9 @@ from typing import Any
 
 from .exceptions import ConfigError
 
-__all__ = ["STATE_FORMAT", "STATE_VERSION", "ResumePoint", "WatchPoint", "build_state", "read_state"]
+__all__ = [
+    "STATE_FORMAT", "STATE_VERSION", "ResumePoint", "WatchPoint", "build_state", "number_on", "read_state",
+]
 
 STATE_FORMAT = "monitor-async/state"
 """The ``format`` entry of every state: what tells a monitor's state from another dict."""
@@ -152,3 +154,19 @@ def _points(state: Mapping[str, Any], key: str) -> dict[str, WatchPoint]:
             raise _fail(f"{key}[{name!r}]: the step must be an int or None, got {step!r}")
         points[name] = WatchPoint(step, _number(when, f"{key}[{name!r}]: the time", none=True))
     return points
+
+
+def number_on(numbering: dict[str, int], saved: Mapping[str, Any] | None) -> None:
+    """Continues a sink's numbering of step-less records (``{name: next number}``) from what it saved (``index``).
+
+    Examples:
+        >>> numbering = {"rb": 2}
+        >>> number_on(numbering, {"index": {"rb": 7, "env": 3, "bad": "x"}})
+        >>> numbering
+        {'rb': 7, 'env': 3}
+    """
+    index = (saved or {}).get("index")
+    if isinstance(index, Mapping):
+        for name, n in index.items():
+            if isinstance(n, int) and not isinstance(n, bool):
+                numbering[str(name)] = max(n, numbering.get(str(name), 0))
