@@ -24,7 +24,7 @@ from tests.support.cli import cli
 from tests.support.mlflow_server import MlflowServer
 from tests.support.resume_trainer import STEP_SECONDS, run_launch, tensorboard_scalars, wide
 
-AFTER = 3.0
+AFTER = 8.0
 """The stalled and quiet rules' ``after``: the job stays down longer than that between the kill and the restart."""
 
 
