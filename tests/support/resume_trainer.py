@@ -143,10 +143,11 @@ def run_launch(
 def wide(path: Path, *options: str) -> list[dict[str, str]]:
     """The rows ``monitor-async export --wide`` writes for the run at ``path`` (with ``options``)."""
     import csv
+    import tempfile
 
     from tests.support.cli import cli
 
-    out = path.parent / f"wide-{path.name}-{len(options)}.csv"
+    out = Path(tempfile.mkdtemp()) / "wide.csv"  # beside no run
     done = cli("export", "--wide", str(out), *options, str(path))
     assert done.returncode == 0, done.stderr
     with out.open(newline="") as f:
