@@ -105,6 +105,48 @@ class Summary:
                 out.append((_power(offset + i, self.scale), _power(offset + i + 1, self.scale), n))
         return out
 
+    def histogram(self) -> tuple[list[float], list[int]]:
+        """``(edges, counts)``, contiguous: bucket ``i`` spans ``edges[i]`` to ``edges[i + 1]`` (what
+        TensorBoard, wandb and Prometheus' ``le`` take).
+
+        Every bucket from the lowest filled one to the highest is there, empty ones included; the
+        zeros' bucket spans the gap between the negative and the positive buckets (only zeros lie in
+        it); the open ends of explicit bounds are closed at ``min`` and ``max``. Empty for ``count`` 0.
+
+        Examples:
+            >>> summarize([-1.0, 0.0, 0.0, 4.0], bounds=[-2.0, 0.0, 2.0, 8.0, 9.0]).histogram()
+            ([-2.0, 0.0, 2.0, 8.0], [3, 0, 1])
+        """
+        if not self.count:
+            return [], []
+        if self.bounds is not None:
+            filled = [i for i, n in enumerate(self.counts) if n]
+            first, last = filled[0], filled[-1]
+            limits = [min(self.min, self.bounds[0]), *self.bounds, max(self.max, self.bounds[-1])]
+            return limits[first:last + 2], list(self.counts[first:last + 1])
+        scale = self.scale
+        edges: list[float] = []
+        counts: list[int] = []
+        offset, below = self.negative
+        if below:
+            edges.append(-_power(offset + len(below), scale))
+            for i in range(len(below) - 1, -1, -1):
+                edges.append(-_power(offset + i, scale))
+                counts.append(below[i])
+        offset, above = self.positive
+        if self.zero_count or (below and above):  # the zeros' bucket, or an empty one between the signs
+            if not edges:
+                edges.append(0.0)
+            edges.append(_power(offset, scale) if above else 0.0)
+            counts.append(self.zero_count)
+        if above:
+            if not edges:
+                edges.append(_power(offset, scale))
+            for i, n in enumerate(above):
+                edges.append(_power(offset + i + 1, scale))
+                counts.append(n)
+        return edges, counts
+
     def scalars(self) -> dict[str, float]:
         """The summary as scalar keys: ``count``, ``mean``, ``min``, ``max``, ``p50``... (``nan_count`` and
         ``inf_count`` when not 0), the keys every sink writes as ``<watch>/<key>/<field>``.
