@@ -629,6 +629,8 @@ def merge(summaries: Sequence[Summary], quantiles: Sequence[float] = DEFAULT_QUA
         )
     if len(full) == 1 and tuple(q for q, _ in full[0].quantiles) == tuple(quantiles):
         figures = full[0].quantiles  # one part: its exact quantiles
+    elif not quantiles:
+        figures = ()
     else:
         figures = _estimate(merged.buckets(), n, low, high, quantiles)
     return Summary(
