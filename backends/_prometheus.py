@@ -180,7 +180,7 @@ def _cumulative(summary: Summary) -> list[tuple[str, float]]:
     total = 0
     for upper, count in zip(uppers, counts, strict=True):
         total += count
-        out.append((floatToGoString(upper), float(total)))
+        out.append((floatToGoString(upper), float(total)))  # type: ignore[no-untyped-call]
     out.append(("+Inf", float(summary.count)))
     return out
 
