@@ -108,7 +108,7 @@ class Record:
     time: float
     metrics: dict[str, float]
     source: Mapping[str, Any] = field(default=EMPTY_SOURCE)
-    distributions: Mapping[str, Summary] = field(default=NO_DISTRIBUTIONS)
+    distributions: Mapping[str, Summary] = field(default_factory=lambda: NO_DISTRIBUTIONS)  # one shared empty mapping
 
     def __post_init__(self) -> None:
         if type(self.source) is not Source:
