@@ -37,8 +37,9 @@ from time import time as _time
 from typing import Any
 
 from .._core.policy import ErrorPolicy, describe, log
-from .._core.record import EMPTY_SOURCE, Record, Source, new_record
-from .._core.values import MAX_DEPTH, KeyCache, read
+from .._core.distribution import DEFAULT_QUANTILES, Distribution, Summary
+from .._core.record import EMPTY_SOURCE, NO_DISTRIBUTIONS, Record, Source, new_record
+from .._core.values import MAX_DEPTH, KeyCache, is_many, read
 from .fanout import AlertFeed, Fanout
 
 __all__ = ["DRAIN_DELAY", "FAST_DELAY", "HOLD", "QUIET", "WAIT_FACTOR", "Pushes"]
@@ -97,11 +98,37 @@ def snapshot(metrics: Any, depth: int = 0) -> Any:
         else:
             return metrics
         for key, value in copy.items():
-            if type(value) not in plain and isinstance(value, Mapping) and depth < MAX_DEPTH:
-                copy[key] = snapshot(value, depth + 1)
+            if type(value) not in plain:
+                if isinstance(value, Mapping):
+                    if depth < MAX_DEPTH:
+                        copy[key] = snapshot(value, depth + 1)
+                elif is_many(value):
+                    copy[key] = _own(value)
         return copy
     except Exception:  # noqa: BLE001 - read again on the loop, where its error is reported
         return metrics
+
+
+def _own(value: Any) -> Any:
+    """A private copy of a value of many numbers, taken at the call and summarised at the drain.
+
+    A numpy array or CPU tensor is copied whole (one memcpy), a list shallowly; a tensor on another
+    device is copied on its device (no wait for the device), and to the host off the caller's thread.
+    """
+    kind = type(value)
+    if kind is list:
+        return value.copy()
+    if kind is tuple:
+        return value
+    if kind is Distribution:
+        return Distribution(_own(value.values), quantiles=value.quantiles, bounds=value.bounds, counts=value.counts)
+    copy = getattr(value, "copy", None)  # numpy
+    if kind.__module__ == "numpy" and callable(copy):
+        return copy()
+    detach = getattr(value, "detach", None)  # torch
+    if callable(detach):
+        return detach().clone()
+    return list(value)
 
 
 class Pushes:
@@ -115,19 +142,21 @@ class Pushes:
         fanout: the fan-out the records go to.
         source: the ``Record.source`` of every pushed record.
         alerts: the alert rules, told of a push that left values out (the ``nonfinite`` rules).
+        quantiles: the quantiles of a pushed distribution's summary (``None``: such values are left out).
     """
 
     __slots__ = (
         "_bar", "_busy_drain", "_caches", "_count", "_dropping", "_failed", "_failing", "_fast", "_half", "_items",
         "_lock", "_loop", "_lost_before", "_lost_drained", "_reads", "_seen", "_stalled", "_taken", "_timer",
-        "alerts", "errors", "fanout", "limit", "max_values", "queue_size", "source",
+        "alerts", "errors", "fanout", "limit", "max_values", "quantiles", "queue_size", "source",
     )
 
     def __init__(
         self, queue_size: int, max_values: int, errors: ErrorPolicy, fanout: Fanout, source: Source = EMPTY_SOURCE,
-        *, alerts: AlertFeed,
+        *, alerts: AlertFeed, quantiles: tuple[float, ...] | None = DEFAULT_QUANTILES,
     ) -> None:
         self.fanout = fanout
+        self.quantiles = quantiles  # of the distributions pushed; None: values of many numbers are left out
         self.source = source
         self.queue_size = queue_size
         self.limit = limit = WAIT_FACTOR * queue_size
@@ -384,11 +413,12 @@ class Pushes:
         if keys is None:
             if len(self._caches) >= _NAMES:
                 self._caches.clear()
-            keys = self._caches[name] = KeyCache(name + "/", 2 * self.max_values + 64)
+            keys = self._caches[name] = KeyCache(name + "/", 2 * self.max_values + 64, self.quantiles)
         if type(metrics) is not dict and not isinstance(metrics, Mapping):
             raise TypeError(f"metrics must be a mapping of numbers, got {type(metrics).__name__}")
-        values, dropped = read(metrics, self.max_values, keys)
-        return new_record(name, step, when, values, self.source), dropped
+        found: dict[str, Summary] = {}
+        values, dropped = read(metrics, self.max_values, keys, found)
+        return new_record(name, step, when, values, self.source, found or NO_DISTRIBUTIONS), dropped
 
     @property
     def waiting(self) -> int:

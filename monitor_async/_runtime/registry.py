@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .._core.distribution import DEFAULT_QUANTILES
 from .._core.exceptions import ConfigError, WatchTypeError
 from .._core.names import unique
 from .._core.record import Record, Source
@@ -63,13 +64,15 @@ class Registry:
         counters: the monitor's counters (``calls_abandoned``).
         added: called with each watch registered (the monitor polls it, if running).
         removed: called with the name of each watch removed (its polling ends).
+        quantiles: the monitor's quantiles of distributions (``None``: values of many numbers are left out).
     """
 
     def __init__(
         self, *, poll_interval: float, poll_timeout: float | None, max_values: int, world: World, source: Source,
         alerts: Engine, pool: Callable[[], WorkerPool], counters: Counters, added: Callable[[Watch], None],
-        removed: Callable[[str], None],
+        removed: Callable[[str], None], quantiles: tuple[float, ...] | None = DEFAULT_QUANTILES,
     ) -> None:
+        self.quantiles = quantiles
         self.poll_interval = poll_interval
         self.poll_timeout = poll_timeout
         self.max_values = max_values
@@ -132,6 +135,7 @@ class Registry:
             max_values=self.max_values,
             source=self.source,
             on_record=publish,
+            quantiles=None if self.quantiles is None else tuple(spec.quantiles or self.quantiles),
         )
         self.alerts.add_watch(name, interval, target, watch)
         self.watches[name] = watch
