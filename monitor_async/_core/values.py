@@ -20,7 +20,7 @@ from .exceptions import StatsCycleError, StatsTypeError
 from .policy import describe, log
 
 __all__ = [
-    "MAX_DEPTH", "Flattened", "KeyCache", "as_mapping", "as_numbers", "flatten", "flatten_copy", "is_many",
+    "MAX_DEPTH", "Flattened", "KeyCache", "as_mapping", "flatten", "flatten_copy", "is_many",
     "nonfinite_values", "read", "read_plain", "read_value", "summary_of",
 ]
 
@@ -427,7 +427,7 @@ def is_many(value: object) -> bool:
         (True, True, False, False)
     """
     kind = type(value)
-    if kind is list or kind is tuple or kind is Distribution:
+    if kind is list or kind is tuple or kind is Distribution or kind is Summary:
         return True
     module = kind.__module__
     if module == "numpy":
@@ -438,49 +438,20 @@ def is_many(value: object) -> bool:
             return callable(numel) and numel() != 1
         except Exception:  # noqa: BLE001 - not a tensor after all
             return False
-    return isinstance(value, (*_SEQUENCES, Distribution))
-
-
-def as_numbers(value: Any) -> Any:
-    """The numbers of a value of many numbers, as a flat numpy array where it is one without a copy.
-
-    A CPU tensor becomes a numpy view of its memory (a copy only for a dtype numpy lacks, such as
-    bfloat16); a tensor on another device is copied to the host here, so this runs where that copy
-    may wait (a worker thread, see [tensors](distributions.md#tensors)). Lists and tuples are returned as they are.
-    """
-    kind = type(value)
-    if kind is list or kind is tuple:
-        return value
-    module = kind.__module__
-    if module == "torch" or module.startswith("torch."):
-        tensor = value.detach()
-        if tensor.device.type != "cpu":
-            tensor = tensor.cpu()
-        if tensor.is_complex():
-            raise TypeError(f"a tensor of complex numbers ({tensor.dtype})")
-        try:
-            return tensor.reshape(-1).numpy()
-        except (TypeError, RuntimeError):  # a dtype numpy lacks (bfloat16...): converted, one copy
-            return tensor.reshape(-1).double().numpy()
-    if module == "numpy":
-        return value.reshape(-1)
-    return value
+    return isinstance(value, (*_SEQUENCES, Distribution, Summary))
 
 
 def summary_of(value: Any, quantiles: tuple[float, ...]) -> Summary:
     """The `Summary` of one value of many numbers (see `is_many`), a `Distribution`'s own options first.
 
+    A `Summary` is taken as it is (a merged one). A CPU tensor is read as a numpy view of its memory
+    (a copy only for a dtype numpy lacks, such as bfloat16); a tensor on another device is copied to
+    the host here, so this runs where that copy may wait (see [tensors](distributions.md#tensors)).
     Raises ``TypeError`` or ``ValueError`` for ragged nesting or values that are not numbers.
     """
-    if type(value) is Distribution or isinstance(value, Distribution):
-        if value.values is not None and value.counts is None:
-            return summarize(
-                as_numbers(value.values), value.quantiles if value.quantiles is not None else quantiles, value.bounds
-            )
-        if value.quantiles is None:
-            value = Distribution(value.values, quantiles=quantiles, bounds=value.bounds, counts=value.counts)
-        return summarize(value, value.quantiles or quantiles, value.bounds)
-    return summarize(as_numbers(value), quantiles)
+    if type(value) is Summary:
+        return value
+    return summarize(value, quantiles)
 
 
 def _many(

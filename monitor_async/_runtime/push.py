@@ -36,8 +36,8 @@ from time import monotonic
 from time import time as _time
 from typing import Any
 
-from .._core.policy import ErrorPolicy, describe, log
 from .._core.distribution import DEFAULT_QUANTILES, Distribution, Summary
+from .._core.policy import ErrorPolicy, describe, log
 from .._core.record import EMPTY_SOURCE, NO_DISTRIBUTIONS, Record, Source, new_record
 from .._core.values import MAX_DEPTH, KeyCache, is_many, read
 from .fanout import AlertFeed, Fanout

@@ -199,7 +199,8 @@ class Registry:
         """The ``"<base>/all"`` watch, reading ``board``; the alert rules see every rank's values there."""
         observer = None if group else functools.partial(self.alerts.board, base, self.world.rank)
         reduction = Reduction(
-            board, how, float(how.stale or 3 * interval), "targets" if group else "ranks", members, observer=observer
+            board, how, float(how.stale or 3 * interval), "targets" if group else "ranks", members, observer=observer,
+            quantiles=tuple(spec.quantiles or self.quantiles or DEFAULT_QUANTILES),
         )
         # the member's step key, when it is reduced by one reduction (samples: sum), steps "/all" too
         outputs = {key: out for key, _, out in how.metrics() if isinstance(how.keys[key], str)}

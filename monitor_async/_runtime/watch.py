@@ -14,9 +14,9 @@ from time import monotonic as _monotonic
 from time import time as _time
 from typing import TYPE_CHECKING, Any
 
+from .._core.distribution import DEFAULT_QUANTILES, Summary
 from .._core.names import rate_names
 from .._core.policy import log
-from .._core.distribution import DEFAULT_QUANTILES, Summary
 from .._core.record import EMPTY_SOURCE, NO_DISTRIBUTIONS, Record, Source, new_record
 from .._core.schedule import Every
 from .._core.values import Flattened, KeyCache, read, read_plain
