@@ -18,7 +18,16 @@ import numpy as np
 import pytest
 import torch
 
-from monitor_async import Alert, AlertEvent, ConfigError, Distribution, LoggerMonitor, Monitor, Summary, SyncMonitor
+from monitor_async import (
+    Alert,
+    AlertEvent,
+    ConfigError,
+    Distribution,
+    LoggerMonitor,
+    Monitor,
+    Summary,
+    SyncMonitor,
+)
 from monitor_async.backends import CSVSink, JSONLSink, MemorySink
 from monitor_async.targets import EpisodeStats
 from tests.support.checks import monitor_warnings, wait_until
