@@ -97,16 +97,30 @@ def snapshot(metrics: Any, depth: int = 0) -> Any:
             copy = {key: metrics[key] for key in metrics}
         else:
             return metrics
+        array = _array
         for key, value in copy.items():
-            if type(value) not in plain:
-                if isinstance(value, Mapping):
-                    if depth < MAX_DEPTH:
-                        copy[key] = snapshot(value, depth + 1)
-                elif is_many(value):
-                    copy[key] = _own(value)
+            kind = type(value)
+            if kind is array:  # the common array: copied whole (the caller may reuse it), summarised at the drain
+                if value.ndim:
+                    copy[key] = value.copy()
+            elif kind in plain:
+                continue
+            elif kind is dict or (kind is not list and isinstance(value, Mapping)):
+                if depth < MAX_DEPTH:
+                    copy[key] = snapshot(value, depth + 1)
+            elif is_many(value):
+                copy[key] = _own(value)
         return copy
     except Exception:  # noqa: BLE001 - read again on the loop, where its error is reported
         return metrics
+
+
+class _NotSeen:
+    """Stands for numpy's array type until a push holds one (no value has this type)."""
+
+
+_array: type = _NotSeen
+"""``numpy.ndarray`` once a push held one: the type `snapshot` copies first."""
 
 
 def _own(value: Any) -> Any:
@@ -124,6 +138,9 @@ def _own(value: Any) -> Any:
         return Distribution(_own(value.values), quantiles=value.quantiles, bounds=value.bounds, counts=value.counts)
     copy = getattr(value, "copy", None)  # numpy
     if kind.__module__ == "numpy" and callable(copy):
+        if kind.__name__ == "ndarray":
+            global _array
+            _array = kind
         return copy()
     detach = getattr(value, "detach", None)  # torch
     if callable(detach):
