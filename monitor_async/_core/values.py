@@ -11,6 +11,7 @@ a cycle or nesting deeper than ``MAX_DEPTH`` fails the poll with
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Mapping
 from itertools import islice
 from typing import Any
@@ -20,7 +21,7 @@ from .exceptions import StatsCycleError, StatsTypeError
 from .policy import describe, log
 
 __all__ = [
-    "MAX_DEPTH", "Flattened", "KeyCache", "as_mapping", "flatten", "flatten_copy", "is_many",
+    "MAX_DEPTH", "Flattened", "KeyCache", "OnDevice", "as_mapping", "flatten", "flatten_copy", "is_many",
     "nonfinite_values", "read", "read_plain", "read_value", "summary_of",
 ]
 
@@ -30,6 +31,13 @@ MAX_DEPTH = 64
 
 class _TooDeep(Exception):
     """Internal: nesting went past ``MAX_DEPTH``; ``flatten`` tells a cycle from a deep tree."""
+
+
+class OnDevice(Exception):
+    """A tensor on a device (a GPU) was met on the event loop: its copy to the host must wait on a worker thread.
+
+    The poller and the pushes then read that snapshot or push again on a worker thread of the monitor.
+    """
 
 
 class _Collided(Exception):
@@ -454,6 +462,31 @@ def summary_of(value: Any, quantiles: tuple[float, ...]) -> Summary:
     return summarize(value, quantiles)
 
 
+def _off_host(value: Any) -> bool:
+    """Whether ``value`` is a torch tensor on a device other than the CPU."""
+    kind = type(value)
+    module = kind.__module__
+    if not (module == "torch" or module.startswith("torch.")):
+        return False
+    device = getattr(value, "device", None)
+    return device is not None and getattr(device, "type", "cpu") != "cpu"
+
+
+def _on_host(value: Any) -> Any:
+    """``value``, a tensor on a device copied to the host first: never on the event loop (`OnDevice` there)."""
+    inner = value.values if type(value) is Distribution else value
+    if not _off_host(inner):
+        return value
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # a worker thread: the copy may wait for the device here
+        host = inner.detach().cpu()
+        if type(value) is Distribution:
+            return Distribution(host, quantiles=value.quantiles, bounds=value.bounds)
+        return host
+    raise OnDevice
+
+
 def _many(
     value: Any, key: str, out: dict[str, float], keys: KeyCache, dists: dict[str, Summary], check: bool,
 ) -> int:
@@ -469,6 +502,7 @@ def _many(
         keys.collided(name)
         return -1
     try:
+        value = _on_host(value)
         summary = summary_of(value, keys.quantiles or DEFAULT_QUANTILES)
     except (TypeError, ValueError, OverflowError) as exc:
         keys.bad_many(name, exc)

@@ -151,7 +151,8 @@ class Monitor:
         self._feed = AlertFeed(self._alerts)  # how the parts that feed the rules hold them
         fanout = Fanout(self._channels, self._counters, self._feed)
         self._pushes = Pushes(
-            queue_size, max_values, self._errors, fanout, source, alerts=self._feed, quantiles=summarised
+            queue_size, max_values, self._errors, fanout, source, alerts=self._feed, quantiles=summarised,
+            pool=self._worker_pool,
         )
         self._poller = Poller(self._counters, fanout, self._errors, self._worker_pool, self._feed)
         self._lag = LoopLag(self._alerts)

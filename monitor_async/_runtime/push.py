@@ -31,7 +31,7 @@ import itertools
 import operator
 import threading
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from time import monotonic
 from time import time as _time
 from typing import Any
@@ -39,7 +39,8 @@ from typing import Any
 from .._core.distribution import DEFAULT_QUANTILES, Distribution, Summary
 from .._core.policy import ErrorPolicy, describe, log
 from .._core.record import EMPTY_SOURCE, NO_DISTRIBUTIONS, Record, Source, new_record
-from .._core.values import MAX_DEPTH, KeyCache, is_many, read
+from .._core.threads import WorkerPool, wait_future
+from .._core.values import MAX_DEPTH, KeyCache, OnDevice, is_many, read
 from .fanout import AlertFeed, Fanout
 
 __all__ = ["DRAIN_DELAY", "FAST_DELAY", "HOLD", "QUIET", "WAIT_FACTOR", "Pushes"]
@@ -160,18 +161,23 @@ class Pushes:
         source: the ``Record.source`` of every pushed record.
         alerts: the alert rules, told of a push that left values out (the ``nonfinite`` rules).
         quantiles: the quantiles of a pushed distribution's summary (``None``: such values are left out).
+        pool: the monitor's worker threads, where a push holding a tensor on a device is read.
     """
 
     __slots__ = (
         "_bar", "_busy_drain", "_caches", "_count", "_dropping", "_failed", "_failing", "_fast", "_half", "_items",
-        "_lock", "_loop", "_lost_before", "_lost_drained", "_reads", "_seen", "_stalled", "_taken", "_timer",
-        "alerts", "errors", "fanout", "limit", "max_values", "quantiles", "queue_size", "source",
+        "_lock", "_loop", "_lost_before", "_lost_drained", "_moved", "_reads", "_seen", "_stalled", "_taken", "_timer",
+        "alerts", "errors", "fanout", "limit", "max_values", "pool", "quantiles", "queue_size",
+        "source",
     )
 
     def __init__(
         self, queue_size: int, max_values: int, errors: ErrorPolicy, fanout: Fanout, source: Source = EMPTY_SOURCE,
         *, alerts: AlertFeed, quantiles: tuple[float, ...] | None = DEFAULT_QUANTILES,
+        pool: Callable[[], WorkerPool] | None = None,
     ) -> None:
+        self.pool = pool
+        self._moved: set[asyncio.Future[Any]] = set()  # pushes read on a worker thread (a tensor on a device)
         self.fanout = fanout
         self.quantiles = quantiles  # of the distributions pushed; None: values of many numbers are left out
         self.source = source
@@ -337,15 +343,11 @@ class Pushes:
             taken += 1
             try:
                 record, dropped = make(name, metrics, step, when)
+            except OnDevice:  # a tensor on a device: its copy to the host waits on a worker thread
+                self._move(name, metrics, step, when)
+                continue
             except Exception as exc:  # noqa: BLE001 - reported through on_error, never raised at the caller
-                self._failed += 1
-                label = name if isinstance(name, str) else _shown(name)
-                self.errors.report(
-                    f"log({label!r}, ...): {describe(exc)}; this push is dropped (counted in log_dropped)",
-                    exc, first=label not in failing,
-                )
-                if len(failing) < _NAMES:
-                    failing.add(label)
+                self._fail(name, exc)
                 continue
             if failing:
                 failing.discard(name)
@@ -359,6 +361,41 @@ class Pushes:
         if self._dropping and self._loop is None:  # no loop to see the streak end: it ends here
             self._end_streak()
         return taken
+
+    def _fail(self, name: Any, exc: BaseException) -> None:
+        """A push that could not be made into a record: reported (once per streak of its name), counted."""
+        self._failed += 1
+        label = name if isinstance(name, str) else _shown(name)
+        self.errors.report(
+            f"log({label!r}, ...): {describe(exc)}; this push is dropped (counted in log_dropped)",
+            exc, first=label not in self._failing,
+        )
+        if len(self._failing) < _NAMES:
+            self._failing.add(label)
+
+    def _move(self, name: Any, metrics: Any, step: Any, when: float) -> None:
+        """Makes a push holding a tensor on a device into a record on a worker thread, then fans it out on the loop."""
+        if self.pool is None:  # no worker threads: read here, off any loop
+            raise RuntimeError("log(): a tensor on a device needs the monitor's worker threads")
+        moved = wait_future(self.pool().submit(lambda: self._record(name, metrics, step, when)))
+        self._moved.add(moved)
+
+        def done(future: asyncio.Future[tuple[Record, int]]) -> None:
+            self._moved.discard(future)
+            if future.cancelled():
+                return
+            exc = future.exception()
+            if exc is not None:
+                self._fail(name, exc)
+                return
+            record, dropped = future.result()
+            if dropped:
+                self.fanout.counters.values_dropped += dropped
+                if self.alerts.on:
+                    self.alerts.engine.rescan(name, metrics, self.source)
+            self.fanout.emit(record)
+
+        moved.add_done_callback(done)
 
     # ---------------------------------------------------------- streaks of drops
     def _start_streak(self) -> None:

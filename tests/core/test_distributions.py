@@ -346,3 +346,57 @@ def test_plot_draws_the_median_with_its_band(tmp_path: Path) -> None:
     out = cli("plot", str(run / "metrics.jsonl"), "-o", str(tmp_path / "plot.png"))
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "plot.png").read_bytes()[:4] == b"\x89PNG"
+
+
+# ---------------------------------------------------------------------------- tensors on a device
+class DeviceTensor:
+    """A tensor on a GPU as the monitor sees one: ``device.type == "cuda"``; ``cpu()`` notes where it ran.
+
+    (No GPU here: its copy to the host is a real CPU tensor, made where the monitor asks for it.)
+    """
+
+    __module__ = "torch.cuda_stand_in"
+
+    class _Device:
+        type = "cuda"
+
+    device = _Device()
+
+    def __init__(self, values: list[float]) -> None:
+        self.values = values
+        self.copied_on_loop: list[bool] = []
+
+    def numel(self) -> int:
+        return len(self.values)
+
+    def detach(self) -> DeviceTensor:
+        return self
+
+    def cpu(self) -> torch.Tensor:
+        try:
+            asyncio.get_running_loop()
+            self.copied_on_loop.append(True)
+        except RuntimeError:
+            self.copied_on_loop.append(False)
+        return torch.tensor(self.values)
+
+
+async def test_a_tensor_on_a_device_is_copied_on_a_worker_thread_never_on_the_loop() -> None:
+    polled = DeviceTensor([1.0, 2.0, 3.0])
+    pushed = DeviceTensor([4.0, 5.0])
+    sink = MemorySink()
+    monitor = Monitor(sink)
+    monitor.watch(Settable({"q": polled, "size": 1}), name="learner")
+    await monitor.step()  # the record follows, once read on a worker thread
+    await wait_until(lambda: monitor.stats()["records"] == 1)
+    assert monitor.watches() == {"learner": "thread"}, "its stats() and reads run on a worker thread from now on"
+    monitor.log("actor", {"grads": pushed})
+    await monitor.flush()
+    await wait_until(lambda: monitor.stats()["records"] == 2)
+    await monitor.step()  # on the worker thread now: the record comes with the step
+    await monitor.flush()
+    assert polled.copied_on_loop == [False, False] and pushed.copied_on_loop == [False]
+    learner = [r for r in sink.records if r.name == "learner"]
+    assert learner[0].metrics["learner/q/p50"] == 2.0 and learner[0].metrics["learner/size"] == 1.0
+    (actor,) = [r for r in sink.records if r.name == "actor"]
+    assert actor.metrics["actor/grads/count"] == 2.0
