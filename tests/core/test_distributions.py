@@ -400,3 +400,18 @@ async def test_a_tensor_on_a_device_is_copied_on_a_worker_thread_never_on_the_lo
     assert learner[0].metrics["learner/q/p50"] == 2.0 and learner[0].metrics["learner/size"] == 1.0
     (actor,) = [r for r in sink.records if r.name == "actor"]
     assert actor.metrics["actor/grads/count"] == 2.0
+
+
+def test_a_record_with_or_without_distributions_pickles_as_ray_and_processes_need() -> None:
+    import pickle
+
+    from monitor_async import Record
+    from monitor_async._core.distribution import summarize
+    from monitor_async._core.record import Source, new_record
+
+    plain = Record("rb", 1, 0.0, {"rb/size": 3.0}, {"rank": 1})
+    assert pickle.loads(pickle.dumps(plain)) == plain
+    summary = summarize([1.0, 2.0, 3.0])
+    summarised = new_record("rb", 2, 1.0, {"rb/q/count": 3.0}, Source({"rank": 1}), {"rb/q": summary})
+    back = pickle.loads(pickle.dumps(summarised))
+    assert back == summarised and back.distributions["rb/q"] == summary
