@@ -243,6 +243,14 @@ class Engine:
         if tracks:
             now = time.monotonic() - self.offset  # `clock()` while running, without the call
             for track in tracks:
+                stalled = track.plain
+                if stalled is not None:  # a counter that moves, as at most records: `Stalled.update`'s common case
+                    value = metrics.get(stalled.metric)  # type: ignore[arg-type]
+                    unless = stalled.unless
+                    if value is not None and value != stalled.value and (unless is None or not metrics.get(unless)):
+                        stalled.value = value
+                        stalled.last_increase = now
+                        continue
                 track.update(metrics, now)
 
     def polled(self, name: str, metrics: Mapping[str, float] | None, source: Mapping[str, Any]) -> None:
