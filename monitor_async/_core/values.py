@@ -372,7 +372,7 @@ def _flatten(
                 dropped += 1
                 continue
         elif kind is not float:
-            number = None if kind is dict or (dists is not None and is_many(value)) else read_value(value)
+            number = None if kind is dict else read_value(value)  # an array of many numbers: None
             if number is None:
                 if isinstance(value, Mapping):
                     before = len(out)
