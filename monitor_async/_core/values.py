@@ -61,7 +61,8 @@ class KeyCache:
         self.names: dict[Any, str] = {}
         self.added = 0
         self.careful = False
-        self.quantiles = quantiles
+        # the default's own tuple when equal: summarize() then skips checking them again
+        self.quantiles = DEFAULT_QUANTILES if quantiles == DEFAULT_QUANTILES else quantiles
         """The quantiles of a distribution's summary; ``None``: values that are many numbers are left out (TorchRL's way)."""
         self.warned_many = False
 
