@@ -133,7 +133,7 @@ def _own(value: Any) -> Any:
     kind = type(value)
     if kind is list:
         return value.copy()
-    if kind is tuple:
+    if kind is tuple or kind is Summary or value is None:  # immutable (a Distribution of counts has no values)
         return value
     if kind is Distribution:
         return Distribution(_own(value.values), quantiles=value.quantiles, bounds=value.bounds, counts=value.counts)
@@ -146,7 +146,7 @@ def _own(value: Any) -> Any:
     detach = getattr(value, "detach", None)  # torch
     if callable(detach):
         return detach().clone()
-    return list(value)
+    return list(value)  # another sequence: its items as they are now
 
 
 class Pushes:

@@ -166,7 +166,8 @@ async def test_a_push_is_summarised_as_it_was_at_the_call() -> None:
     buffer = np.ones(1000)
     tensor = torch.ones(50)
     values = [1.0, 1.0]
-    monitor.log("learner", {"grads": buffer, "t": tensor, "l": values, "d": Distribution(buffer)})
+    binned = Distribution(bounds=[1.0], counts=[1, 2])
+    monitor.log("learner", {"grads": buffer, "t": tensor, "l": values, "d": Distribution(buffer), "b": binned})
     buffer[:] = 5.0  # the caller reuses its buffers right after the call
     tensor.fill_(5.0)
     values.append(9.0)
@@ -175,6 +176,7 @@ async def test_a_push_is_summarised_as_it_was_at_the_call() -> None:
     assert record.metrics["learner/grads/max"] == 1.0 and record.metrics["learner/d/max"] == 1.0
     assert record.metrics["learner/t/max"] == 1.0
     assert record.metrics["learner/l/count"] == 2.0
+    assert record.metrics["learner/b/count"] == 3.0, "values already binned"
 
 
 # ---------------------------------------------------------------------------- options
