@@ -79,6 +79,10 @@ SCENARIOS: dict[str, Scenario] = {
     "push_rate": Scenario(
         "bench_push", "run_rate", {}, {"rates": (10_000, 100_000), "seconds": 0.3, "goal_seconds": 0.5}
     ),
+    "distributions": Scenario(
+        "bench_distributions", "run", {},
+        {"rounds": 3, "calls": 50, "pushes": 1000, "warmup": 0.5, "seconds": 1.5},
+    ),
     "alerts": Scenario(
         "bench_alerts", "run", {},
         {"trials": 20, "intervals": 200, "targets": 2000, "warmup": 1.0, "seconds": 2.0, "rounds": 1},

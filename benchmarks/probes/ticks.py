@@ -66,8 +66,8 @@ async def _measure(targets: int, rounds: int) -> list[tuple[str, list[tuple[str,
     watches: list[Watch] = list(monitor._watches.values())
     now = loop.time()
     for watch in watches:  # carried by the timers, as a started monitor's watches are
-        watch.origin = now
-        watch.waiter = loop.create_future()
+        watch.slots.start(now)
+        watch.slots.waiter = loop.create_future()
     ours = [watches[g::GROUPS] for g in range(GROUPS)]
     queue = monitor._channels[0].records.items
 

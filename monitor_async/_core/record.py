@@ -114,6 +114,11 @@ class Record:
         if type(self.source) is not Source:
             object.__setattr__(self, "source", Source(self.source) if self.source else EMPTY_SOURCE)
 
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # the shared empty distributions are a read-only proxy, which pickle refuses: a plain dict travels
+        dists = self.distributions
+        return _rebuilt, (self.name, self.step, self.time, self.metrics, self.source, dict(dists) if dists else None)
+
     def with_source(self, more: Mapping[str, Any]) -> Record:
         """This record with ``more`` added to its source (``more`` wins), sharing this one's metrics dict.
 
@@ -130,6 +135,14 @@ _new = object.__new__
 _set_name, _set_step, _set_time, _set_metrics, _set_source, _set_distributions = (
     Record.__dict__[field].__set__ for field in ("name", "step", "time", "metrics", "source", "distributions")
 )
+
+
+def _rebuilt(
+    name: str, step: int | None, time: float, metrics: dict[str, float], source: Source,
+    distributions: dict[str, Summary] | None,
+) -> Record:
+    """A pickled `Record` again (see ``Record.__reduce__``)."""
+    return new_record(name, step, time, metrics, source, distributions or NO_DISTRIBUTIONS)
 
 
 def new_record(

@@ -84,6 +84,28 @@ async def test_a_reset_counts_as_movement_and_unless_holds_the_rule() -> None:
     )
 
 
+async def test_unless_set_while_the_counter_moves_holds_the_stall_and_cleared_lets_it_fire() -> None:
+    """The engine takes a moving counter's records on a short path; ``unless`` set on one of them still holds."""
+    events = Events()
+    target = Moving(completed=0)
+    monitor = Monitor(MemorySink(), poll_interval=INTERVAL, notify=events,
+                      alerts=[Alert.stalled("w/frames", after=0.3, unless="completed")])
+    monitor.watch(target, name="w")
+    async with monitor:
+        await wait_until(lambda: target.frames >= 500)
+        target.extra["completed"] = 1  # set while frames still grows
+        await wait_until(lambda: target.frames >= 1000)
+        target.running = False
+        await asyncio.sleep(0.9)  # three times after: held
+        assert _fired(events, "stalled w/frames") == []
+        target.extra["completed"] = 0
+        await wait_until(lambda: bool(_fired(events, "stalled w/frames")), what="the stall once unless is cleared")
+        target.running = True
+        await wait_until(lambda: ("stalled w/frames", "resolved") in events.states(), what="the resolve")
+        target.running = False  # a second episode: the short path is off while firing, on again after
+        await wait_until(lambda: len(_fired(events, "stalled w/frames")) == 2, what="the second stall")
+
+
 async def test_a_hung_target_goes_quiet_and_stalls() -> None:
     events = Events()
     target = Moving()

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import math
-import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from ..._core.alerts import Alert, AlertEvent
 from ..._core.policy import describe
+from ..._core.text import clock
 from ..._core.threads import RaisedOnThread, on_thread, wait_future
 
-__all__ = ["Host", "Nonfinite", "Quiet", "QuietWatches", "Stalled", "Threshold", "Track", "Unhealthy"]
+__all__ = ["Host", "Nonfinite", "NonfiniteMany", "Quiet", "QuietWatches", "Stalled", "Threshold", "Track", "Unhealthy"]
 
 
 class Host(Protocol):
@@ -40,10 +40,6 @@ class Host(Protocol):
     def emit(self, track: Track, state: str, since: float, message: str) -> None: ...
 
 
-def _clock_text(unix: float) -> str:
-    return time.strftime("%H:%M:%S", time.localtime(unix))
-
-
 def _seconds(value: float) -> str:
     return f"{value:.1f} s" if value < 10 else f"{value:.0f} s"
 
@@ -57,7 +53,7 @@ def _value_text(value: float | None) -> str:
 class Track:
     """One rule for one watch (or key) and source: whether it fires, since when, the last value."""
 
-    __slots__ = ("engine", "event", "firing", "metric", "rule", "since", "source", "value", "watch")
+    __slots__ = ("engine", "event", "firing", "metric", "plain", "rule", "since", "source", "value", "watch")
 
     def __init__(self, engine: Host, rule: Alert, watch: str, metric: str | None, source: Mapping[str, Any]) -> None:
         self.engine = engine
@@ -69,6 +65,8 @@ class Track:
         self.since = engine.clock()
         self.value: float | None = None
         self.event: AlertEvent | None = None
+        self.plain: Stalled | None = None
+        """Itself, when a `Stalled` not firing nor held has a value: the engine then takes a move inline."""
 
     def update(self, metrics: Mapping[str, float], now: float) -> None:
         """A snapshot of the watch (its full keys)."""
@@ -83,6 +81,7 @@ class Track:
     def fire(self, since: float, message: str) -> None:
         if not self.firing:
             self.firing = True
+            self.plain = None
             self.engine.emit(self, "firing", since, message)
 
     def resolve(self, message: str) -> None:
@@ -132,6 +131,7 @@ class Stalled(Track):
                 self.resolve(f"{self.metric}{self.where} moves again (now {_value_text(value)})")
         elif not self.firing and now - self.last_increase >= self.after:
             self.check(now)
+        self.plain = None if self.firing or self.held else self
 
     def due(self) -> float:
         return math.inf if self.firing or self.held or self.value is None else self.last_increase + self.after
@@ -142,7 +142,7 @@ class Stalled(Track):
             at = self.engine.unix(self.last_increase)
             self.fire(self.last_increase, (
                 f"{self.metric}{self.where} has not increased for {_seconds(now - self.last_increase)} "
-                f"(last value {_value_text(self.value)} at {_clock_text(at)})"
+                f"(last value {_value_text(self.value)} at {clock(at)})"
             ))
 
 
@@ -172,7 +172,7 @@ class Quiet(Track):
         if not self.firing and now - self.last >= self.after:
             self.since = self.last
             self.fire(self.last, f"{self.watch}{self.where} has not answered for {_seconds(now - self.last)} "
-                                 f"(no successful poll or push since {_clock_text(self.engine.unix(self.last))})")
+                                 f"(no successful poll or push since {clock(self.engine.unix(self.last))})")
 
 
 class QuietWatches:
@@ -308,6 +308,20 @@ class Nonfinite(Track):
         if self.firing and self.metric in metrics:
             self.value = metrics[self.metric]  # type: ignore[index]
             self.resolve(f"{self.metric}{self.where} is finite again ({_value_text(self.value)})")
+
+
+class NonfiniteMany(Track):
+    """``Alert.nonfinite`` for one distribution key: fired when its summary counted NaN or inf values,
+    resolved by a summary of that key without them (its ``/count`` logged, no ``/nan_count`` nor ``/inf_count``)."""
+
+    __slots__ = ()
+
+    def update(self, metrics: Mapping[str, float], now: float) -> None:
+        key = self.metric
+        if self.firing and f"{key}/count" in metrics and f"{key}/nan_count" not in metrics \
+                and f"{key}/inf_count" not in metrics:
+            self.value = metrics[f"{key}/count"]
+            self.resolve(f"{key}{self.where} holds only finite values again ({_value_text(self.value)} values)")
 
 
 class Unhealthy(Track):
