@@ -22,11 +22,11 @@ from itertools import pairwise
 from numbers import Real
 from typing import Any
 
-from .checks import number, refuse
+from .checks import fractions, number, refuse
 
 __all__ = [
-    "DEFAULT_QUANTILES", "MAX_BUCKETS", "MAX_SCALE", "MIN_SCALE", "Distribution", "Summary", "check_quantiles",
-    "merge", "quantile_name", "summarize",
+    "DEFAULT_QUANTILES", "MAX_BUCKETS", "MAX_SCALE", "MIN_SCALE", "Distribution", "Summary", "merge",
+    "quantile_name", "summarize",
 ]
 
 DEFAULT_QUANTILES: tuple[float, ...] = (0.5, 0.9, 0.99)
@@ -200,23 +200,27 @@ class Distribution:
         bounds: Sequence[float] | None = None, counts: Sequence[int] | None = None,
     ) -> None:
         self.values = values
-        self.quantiles = None if quantiles is None else check_quantiles("Distribution", quantiles)
+        self.quantiles = fractions("Distribution", "quantiles", quantiles, none=True)
         self.bounds = None if bounds is None else _check_bounds(bounds)
         self.counts = None if counts is None else _check_counts(counts, self.bounds)
         if (values is None) == (counts is None):
             raise refuse("Distribution", "values or counts", "given, one of them", (values, counts))
 
 
-def check_quantiles(owner: str, quantiles: Sequence[float]) -> tuple[float, ...]:
-    """``quantiles`` as a tuple when each is a number in [0, 1], else a ConfigError naming ``owner``.
+_CHECKED: dict[tuple[float, ...], tuple[float, ...]] = {}
 
-    Examples:
-        >>> check_quantiles("Monitor", [0.5, 0.95])
-        (0.5, 0.95)
-    """
-    if isinstance(quantiles, (str, bytes)) or not isinstance(quantiles, Sequence):
-        raise refuse(owner, "quantiles", "a sequence of numbers in [0, 1]", quantiles)
-    return tuple(float(number(owner, "quantiles", q, low=0.0, above=False, high=1.0)) for q in quantiles)
+
+def _checked(owner: str, quantiles: Sequence[float]) -> tuple[float, ...]:
+    """``quantiles`` checked (`fractions`), once per tuple: the monitor passes the same one at every poll."""
+    if type(quantiles) is tuple:
+        known = _CHECKED.get(quantiles)
+        if known is not None:
+            return known
+    checked = fractions(owner, "quantiles", quantiles)
+    assert checked is not None
+    if type(quantiles) is tuple and len(_CHECKED) < 256:
+        _CHECKED[quantiles] = checked
+    return checked
 
 
 def quantile_name(q: float) -> str:
@@ -508,8 +512,8 @@ def summarize(values: Any, quantiles: Sequence[float] = DEFAULT_QUANTILES, bound
         >>> s.count, s.min, s.max, s.nan_count, dict(s.quantiles)[0.5]
         (3, 1.0, 3.0, 1, 2.0)
     """
-    if quantiles is not DEFAULT_QUANTILES:
-        quantiles = check_quantiles("summarize", quantiles)
+    if quantiles and quantiles is not DEFAULT_QUANTILES:
+        quantiles = _checked("summarize", quantiles)
     if bounds is not None:
         bounds = _check_bounds(bounds, "summarize")
     if type(values) is Distribution:  # its options were checked when it was made
@@ -588,8 +592,8 @@ def merge(summaries: Sequence[Summary], quantiles: Sequence[float] = DEFAULT_QUA
         >>> whole.count, whole.sum, whole.min, whole.max
         (4, 10.0, 1.0, 4.0)
     """
-    if quantiles is not DEFAULT_QUANTILES:
-        quantiles = check_quantiles("merge", quantiles)
+    if quantiles and quantiles is not DEFAULT_QUANTILES:
+        quantiles = _checked("merge", quantiles)
     if not summaries:
         return _empty(quantiles, None)
     kinds = {s.bounds for s in summaries}
