@@ -138,3 +138,24 @@ async def test_a_distribution_is_a_histogram_beside_its_summary_scalars(tmp_path
 
 def got_scalars(log_dir: Path) -> dict[str, list[tuple[int, float]]]:
     return {tag: [(s, v) for s, v, _ in events] for tag, events in scalars(log_dir).items()}
+
+
+async def test_a_watched_list_becomes_a_histogram_per_poll(tmp_path: Path) -> None:
+    class Episodes:
+        def __init__(self) -> None:
+            self.polls = 0
+
+        def stats(self) -> dict[str, object]:
+            self.polls += 1
+            return {"frames": 100 * self.polls, "returns": [float(self.polls * i) for i in range(1, 11)]}
+
+    monitor = Monitor(TensorBoardSink(tmp_path), close_sinks=True)
+    monitor.watch(Episodes(), name="env", step="frames", rate_keys=[])
+    for _ in range(3):
+        await monitor.step()
+    await monitor.stop(log_final=False)
+    acc = event_accumulator.EventAccumulator(str(tmp_path), size_guidance={event_accumulator.HISTOGRAMS: 0})
+    acc.Reload()
+    got = [(e.step, e.histogram_value.num, e.histogram_value.max) for e in acc.Histograms("env/returns")]
+    assert got == [(100, 10, 10.0), (200, 10, 20.0), (300, 10, 30.0)]
+    assert got_scalars(tmp_path)["env/returns/p50"] == [(100, 5.5), (200, 11.0), (300, 16.5)]
