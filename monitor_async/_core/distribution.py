@@ -230,7 +230,15 @@ def quantile_name(q: float) -> str:
         >>> quantile_name(0.5), quantile_name(0.999), quantile_name(0.05)
         ('p50', 'p99.9', 'p5')
     """
-    return "p" + format(round(q * 100, 6), "g")
+    name = _NAMES.get(q)
+    if name is None:
+        name = "p" + format(round(q * 100, 6), "g")
+        if len(_NAMES) < 1024:
+            _NAMES[q] = name
+    return name
+
+
+_NAMES: dict[float, str] = {}
 
 
 def _check_bounds(bounds: Sequence[float], owner: str = "Distribution") -> tuple[float, ...]:
