@@ -19,7 +19,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from monitor_async._core import AlertEvent, BaseSink, Ranks, Record, check_ranks
 from monitor_async._core.checks import number, refuse
-from monitor_async._core.distribution import Summary, merge
+from monitor_async._core.distribution import Summary, coarsen, merge
 from monitor_async._core.secrets import redact_url
 
 from ._alerts import episode
@@ -109,8 +109,9 @@ def health(firing: Iterable[AlertEvent]) -> tuple[int, bytes]:
 class _LatestValues:
     """The collector the registry calls on every scrape (on the HTTP server's thread)."""
 
-    def __init__(self, namespace: str) -> None:
+    def __init__(self, namespace: str, buckets: int) -> None:
         self.namespace = namespace
+        self.buckets = buckets
         self.lock = threading.Lock()
         self.families: dict[str, dict[_Series, float]] = {}
         self.histograms: dict[str, dict[_Series, Summary]] = {}
@@ -138,7 +139,7 @@ class _LatestValues:
             labels, rows = _labels(list(kept))
             histogram = HistogramMetricFamily(name, doc, labels=labels)
             for row, summary in zip(rows, kept.values(), strict=True):
-                histogram.add_metric(row, _cumulative(summary), summary.sum)
+                histogram.add_metric(row, _cumulative(coarsen(summary, self.buckets)), summary.sum)
             yield histogram
         for name, doc, series in [*families, (f"{self.namespace}_{_TIMESTAMP}", "", times)]:
             if not series:
@@ -218,6 +219,8 @@ class PrometheusSink(BaseSink):
             ``"monitor_async"``); must match ``[a-zA-Z_][a-zA-Z0-9_]*``.
         max_series: the most (metric, watch, source) series exported (default
             10,000); an integer >= 1.
+        histogram_buckets: the most ``le`` buckets per sign of a distribution's histogram
+            (default 20; its exponential buckets are joined until they fit); an integer >= 1.
         name: the sink's label in ``Monitor.stats()`` and in messages;
             ``None`` (default) or ``""``: ``"prometheus"``.
         ranks: ``"all"`` (default): every rank serves its own gauges;
@@ -256,6 +259,7 @@ class PrometheusSink(BaseSink):
         *,
         namespace: str = "monitor_async",
         max_series: int = 10_000,
+        histogram_buckets: int = 20,
         name: str | None = None,
         ranks: Ranks = "all",
     ) -> None:
@@ -271,6 +275,7 @@ class PrometheusSink(BaseSink):
                 f"PrometheusSink {self.label!r}: namespace must match [a-zA-Z_][a-zA-Z0-9_]*, got {namespace!r}"
             )
         number(owner, "max_series", max_series, integer=True)
+        number(owner, "histogram_buckets", histogram_buckets, integer=True)
         self._host = host
         self._port = port
         self.max_series = max_series
@@ -278,7 +283,7 @@ class PrometheusSink(BaseSink):
         self._series = 0
         self._owns_registry = registry is None
         self.registry: Any = CollectorRegistry() if registry is None else registry
-        self._collector = _LatestValues(namespace)
+        self._collector = _LatestValues(namespace, histogram_buckets)
         self.registry.register(self._collector)
         self.keys_collided = 0
         self.keys_escaped = 0

@@ -25,7 +25,7 @@ from typing import Any
 from .checks import fractions, number, refuse
 
 __all__ = [
-    "DEFAULT_QUANTILES", "MAX_BUCKETS", "MAX_SCALE", "MIN_SCALE", "Distribution", "Summary", "merge",
+    "DEFAULT_QUANTILES", "MAX_BUCKETS", "MAX_SCALE", "MIN_SCALE", "Distribution", "Summary", "coarsen", "merge",
     "quantile_name", "summarize",
 ]
 
@@ -648,6 +648,33 @@ def merge(summaries: Sequence[Summary], quantiles: Sequence[float] = DEFAULT_QUA
     return Summary(
         merged.count, merged.sum, merged.min, merged.max, figures, merged.nan_count, merged.inf_count,
         merged.scale, merged.zero_count, merged.positive, merged.negative, merged.bounds, merged.counts,
+    )
+
+
+def coarsen(summary: Summary, buckets: int) -> Summary:
+    """``summary`` with its exponential histogram at the finest scale where each sign has at most ``buckets``.
+
+    Each bucket of the result is a union of the original's, so counts stay exact; explicit bounds
+    and histograms that fit already are returned as they are.
+
+    Examples:
+        >>> s = summarize([float(i) for i in range(1, 1001)])
+        >>> len(s.positive[1]), len(coarsen(s, 10).positive[1]), coarsen(s, 10).count
+        (81, 6, 1000)
+    """
+    if summary.bounds is not None:
+        return summary
+    shift = 0
+    sides = [summary.positive, summary.negative]
+    while summary.scale - shift > MIN_SCALE and any(_width([side], [0], -shift) > buckets for side in sides):
+        shift += 1
+    if not shift:
+        return summary
+    positive, negative = (_downscale(side, shift) for side in sides)
+    return Summary(
+        summary.count, summary.sum, summary.min, summary.max, summary.quantiles, summary.nan_count,
+        summary.inf_count, summary.scale - shift, summary.zero_count, (positive[0], tuple(positive[1])),
+        (negative[0], tuple(negative[1])),
     )
 
 

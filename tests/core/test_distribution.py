@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from monitor_async import ConfigError
-from monitor_async._core.distribution import MAX_BUCKETS, MAX_SCALE, Distribution, merge, summarize
+from monitor_async._core.distribution import MAX_BUCKETS, MAX_SCALE, Distribution, coarsen, merge, summarize
 
 QUANTILES = (0.0, 0.1, 0.5, 0.9, 0.99, 1.0)
 finite = st.floats(allow_nan=False, allow_infinity=False, width=64)
@@ -53,7 +53,7 @@ def test_quantiles_min_max_equal_numpys(values: list[float]) -> None:
     assert s.min == min(values) and s.max == max(values)
     expected = np.quantile(np.array(values), QUANTILES)
     np.testing.assert_array_equal([v for _, v in s.quantiles], expected)
-    assert summarize(values, QUANTILES).quantiles == s.quantiles  # a plain list: the same figures
+    np.testing.assert_array_equal(summarize(values, QUANTILES).quantiles, s.quantiles)  # a plain list: the same
 
 
 @settings(max_examples=120, deadline=None)
@@ -84,6 +84,16 @@ def test_merge_of_parts_is_the_summary_of_the_whole(parts: list[list[float]]) ->
     assert estimated[0.0] == one.min and estimated[1.0] == one.max
     for q, value in merged.quantiles:
         assert one.min <= value <= one.max, q
+
+
+@settings(max_examples=100, deadline=None)
+@given(numbers, st.integers(min_value=1, max_value=40))
+def test_coarsen_joins_buckets_into_the_mapping_at_a_coarser_scale(values: list[float], limit: int) -> None:
+    s = coarsen(summarize(values), limit)
+    positive, negative = buckets_of(values, s.scale)
+    assert as_dict(s.positive) == positive and as_dict(s.negative) == negative
+    assert (len(s.positive[1]) <= limit and len(s.negative[1]) <= limit) or s.scale == -10
+    assert (s.count, s.min, s.max, s.zero_count) == (len(values), min(values), max(values), values.count(0.0))
 
 
 def test_a_merged_quantile_lies_in_the_bucket_of_the_exact_one() -> None:

@@ -325,7 +325,8 @@ async def test_a_distribution_is_a_histogram_family_beside_its_quantile_gauges()
     assert samples["monitor_async_latency_sum", None] == pytest.approx(sum(latencies) + 0.5)
     everything = [*latencies, 0.0, 0.2, 0.3]
     buckets = [(float(le), v) for (name, le), v in samples.items() if name.endswith("_bucket")]
-    assert len(buckets) > 10 and [v for _, v in buckets] == sorted(v for _, v in buckets)
+    assert [v for _, v in buckets] == sorted(v for _, v in buckets)
+    assert 5 < len(buckets) <= 20 + 2  # at most histogram_buckets per sign, the zeros' and +Inf
     for le, cumulative in buckets:  # each le counts the values <= it
         assert sum(v <= le for v in everything) == cumulative, le
     # negative values: OpenMetrics (and prometheus_client) leave out _sum and _count; +Inf is the count
@@ -345,3 +346,21 @@ async def test_a_distribution_is_a_histogram_family_beside_its_quantile_gauges()
     assert families["monitor_async_latency_p99"].type == "gauge"
     assert not any(name.endswith("_count") for name in families)
     assert sink.counters() == {"series_dropped": 0.0, "keys_collided": 0.0, "keys_escaped": 0.0}
+
+
+async def test_histogram_buckets_bounds_the_le_series_of_a_distribution() -> None:
+    values = [1.001**i for i in range(5000)]  # 1 to about 148: 160 exponential buckets at full scale
+    counts = {}
+    for limit in (160, 20, 4):
+        async with PrometheusSink(port=0, histogram_buckets=limit) as sink:
+            await sink.write([dist_record("server", {"latency": values})])
+            text = await asyncio.to_thread(lambda: urllib.request.urlopen(sink.url, timeout=10).read().decode())
+        [family] = [f for f in text_string_to_metric_families(text) if f.name == "monitor_async_latency"]
+        buckets = [(s.labels["le"], s.value) for s in family.samples if s.name.endswith("_bucket")]
+        counts[limit] = len(buckets) - 1  # +Inf aside
+        assert buckets[-1] == ("+Inf", 5000.0)
+        for le, cumulative in buckets[:-1]:
+            assert sum(v <= float(le) for v in values) == cumulative, (limit, le)
+    assert counts[160] > 100 and 10 < counts[20] <= 20 and counts[4] <= 4
+    with pytest.raises(ValueError, match="histogram_buckets must be an integer > 0"):
+        PrometheusSink(histogram_buckets=0)
