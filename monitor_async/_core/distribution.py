@@ -22,11 +22,11 @@ from itertools import pairwise
 from numbers import Real
 from typing import Any
 
-from .checks import number, refuse
+from .checks import fractions, number, refuse
 
 __all__ = [
-    "DEFAULT_QUANTILES", "MAX_BUCKETS", "MAX_SCALE", "MIN_SCALE", "Distribution", "Summary", "check_quantiles",
-    "merge", "quantile_name", "summarize",
+    "DEFAULT_QUANTILES", "MAX_BUCKETS", "MAX_SCALE", "MIN_SCALE", "Distribution", "Summary", "merge",
+    "quantile_name", "summarize",
 ]
 
 DEFAULT_QUANTILES: tuple[float, ...] = (0.5, 0.9, 0.99)
@@ -105,6 +105,48 @@ class Summary:
                 out.append((_power(offset + i, self.scale), _power(offset + i + 1, self.scale), n))
         return out
 
+    def histogram(self) -> tuple[list[float], list[int]]:
+        """``(edges, counts)``, contiguous: bucket ``i`` spans ``edges[i]`` to ``edges[i + 1]`` (what
+        TensorBoard, wandb and Prometheus' ``le`` take).
+
+        Every bucket from the lowest filled one to the highest is there, empty ones included; the
+        zeros' bucket spans the gap between the negative and the positive buckets (only zeros lie in
+        it); the open ends of explicit bounds are closed at ``min`` and ``max``. Empty for ``count`` 0.
+
+        Examples:
+            >>> summarize([-1.0, 0.0, 0.0, 4.0], bounds=[-2.0, 0.0, 2.0, 8.0, 9.0]).histogram()
+            ([-2.0, 0.0, 2.0, 8.0], [3, 0, 1])
+        """
+        if not self.count:
+            return [], []
+        if self.bounds is not None:
+            filled = [i for i, n in enumerate(self.counts) if n]
+            first, last = filled[0], filled[-1]
+            limits = [min(self.min, self.bounds[0]), *self.bounds, max(self.max, self.bounds[-1])]
+            return limits[first:last + 2], list(self.counts[first:last + 1])
+        scale = self.scale
+        edges: list[float] = []
+        counts: list[int] = []
+        offset, below = self.negative
+        if below:
+            edges.append(-_power(offset + len(below), scale))
+            for i in range(len(below) - 1, -1, -1):
+                edges.append(-_power(offset + i, scale))
+                counts.append(below[i])
+        offset, above = self.positive
+        if self.zero_count or (below and above):  # the zeros' bucket, or an empty one between the signs
+            if not edges:
+                edges.append(0.0)
+            edges.append(_power(offset, scale) if above else 0.0)
+            counts.append(self.zero_count)
+        if above:
+            if not edges:
+                edges.append(_power(offset, scale))
+            for i, n in enumerate(above):
+                edges.append(_power(offset + i + 1, scale))
+                counts.append(n)
+        return edges, counts
+
     def scalars(self) -> dict[str, float]:
         """The summary as scalar keys: ``count``, ``mean``, ``min``, ``max``, ``p50``... (``nan_count`` and
         ``inf_count`` when not 0), the keys every sink writes as ``<watch>/<key>/<field>``.
@@ -158,23 +200,27 @@ class Distribution:
         bounds: Sequence[float] | None = None, counts: Sequence[int] | None = None,
     ) -> None:
         self.values = values
-        self.quantiles = None if quantiles is None else check_quantiles("Distribution", quantiles)
+        self.quantiles = fractions("Distribution", "quantiles", quantiles, none=True)
         self.bounds = None if bounds is None else _check_bounds(bounds)
         self.counts = None if counts is None else _check_counts(counts, self.bounds)
         if (values is None) == (counts is None):
             raise refuse("Distribution", "values or counts", "given, one of them", (values, counts))
 
 
-def check_quantiles(owner: str, quantiles: Sequence[float]) -> tuple[float, ...]:
-    """``quantiles`` as a tuple when each is a number in [0, 1], else a ConfigError naming ``owner``.
+_CHECKED: dict[tuple[float, ...], tuple[float, ...]] = {}
 
-    Examples:
-        >>> check_quantiles("Monitor", [0.5, 0.95])
-        (0.5, 0.95)
-    """
-    if isinstance(quantiles, (str, bytes)) or not isinstance(quantiles, Sequence):
-        raise refuse(owner, "quantiles", "a sequence of numbers in [0, 1]", quantiles)
-    return tuple(float(number(owner, "quantiles", q, low=0.0, above=False, high=1.0)) for q in quantiles)
+
+def _checked(owner: str, quantiles: Sequence[float]) -> tuple[float, ...]:
+    """``quantiles`` checked (`fractions`), once per tuple: the monitor passes the same one at every poll."""
+    if type(quantiles) is tuple:
+        known = _CHECKED.get(quantiles)
+        if known is not None:
+            return known
+    checked = fractions(owner, "quantiles", quantiles)
+    assert checked is not None
+    if type(quantiles) is tuple and len(_CHECKED) < 256:
+        _CHECKED[quantiles] = checked
+    return checked
 
 
 def quantile_name(q: float) -> str:
@@ -466,8 +512,8 @@ def summarize(values: Any, quantiles: Sequence[float] = DEFAULT_QUANTILES, bound
         >>> s.count, s.min, s.max, s.nan_count, dict(s.quantiles)[0.5]
         (3, 1.0, 3.0, 1, 2.0)
     """
-    if quantiles is not DEFAULT_QUANTILES:
-        quantiles = check_quantiles("summarize", quantiles)
+    if quantiles and quantiles is not DEFAULT_QUANTILES:
+        quantiles = _checked("summarize", quantiles)
     if bounds is not None:
         bounds = _check_bounds(bounds, "summarize")
     if type(values) is Distribution:  # its options were checked when it was made
@@ -546,8 +592,8 @@ def merge(summaries: Sequence[Summary], quantiles: Sequence[float] = DEFAULT_QUA
         >>> whole.count, whole.sum, whole.min, whole.max
         (4, 10.0, 1.0, 4.0)
     """
-    if quantiles is not DEFAULT_QUANTILES:
-        quantiles = check_quantiles("merge", quantiles)
+    if quantiles and quantiles is not DEFAULT_QUANTILES:
+        quantiles = _checked("merge", quantiles)
     if not summaries:
         return _empty(quantiles, None)
     kinds = {s.bounds for s in summaries}
@@ -587,6 +633,8 @@ def merge(summaries: Sequence[Summary], quantiles: Sequence[float] = DEFAULT_QUA
         )
     if len(full) == 1 and tuple(q for q, _ in full[0].quantiles) == tuple(quantiles):
         figures = full[0].quantiles  # one part: its exact quantiles
+    elif not quantiles:
+        figures = ()
     else:
         figures = _estimate(merged.buckets(), n, low, high, quantiles)
     return Summary(

@@ -1,6 +1,6 @@
 """The summary of a distribution: exact quantiles, OpenTelemetry's exponential buckets, exact merges.
 
-What the sinks show of a value of many numbers is this summary ([distributions](../../docs/distributions.md)).
+The guarantee: docs/guarantees.md#summaries-merge-exactly-and-every-sink-shows-their-histogram-test_distributionpy
 """
 
 from __future__ import annotations
