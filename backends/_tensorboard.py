@@ -1,15 +1,16 @@
-"""TensorBoardSink: scalars in TensorBoard event files, written with tensorboardX on the sink's thread."""
+"""TensorBoardSink: scalars and histograms in TensorBoard event files, written with tensorboardX on the sink's thread."""
 
 from __future__ import annotations
 
 import itertools
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from monitor_async._core import PartialWriteError, Ranks, Record, ThreadedSink, check_ranks, keep_apart
 from monitor_async._core.checks import number
+from monitor_async._core.distribution import Summary
 from monitor_async._core.resume import number_on
 
 from ._text import escape
@@ -23,6 +24,8 @@ _BEYOND = 1 << 62
 
 class TensorBoardSink(ThreadedSink):
     """Writes every value as a TensorBoard scalar, in an event file of its own under ``log_dir``.
+
+    A record's distributions are histograms (tagged ``<watch>/<key>``) in the same event as its scalars.
 
     What it promises: [Sinks: TensorBoard](sinks.md#tensorboard-tensorboardsink).
 
@@ -87,7 +90,7 @@ class TensorBoardSink(ThreadedSink):
     def open_blocking(self) -> None:
         from tensorboardX.event_file_writer import EventsWriter
         from tensorboardX.proto.event_pb2 import Event
-        from tensorboardX.proto.summary_pb2 import Summary
+        from tensorboardX.proto.summary_pb2 import HistogramProto, Summary
         from tensorboardX.record_writer import directory_check
 
         # zero-padded: TensorBoard reads a folder's files in name order, and sinks opened in the
@@ -100,7 +103,7 @@ class TensorBoardSink(ThreadedSink):
             raise OSError(
                 exc.errno, f"TensorBoardSink cannot write event files under {self.log_dir!r}: {exc.strerror}"
             ) from exc
-        self._event, self._summary, self._value = Event, Summary, Summary.Value
+        self._event, self._summary, self._value, self._histogram = Event, Summary, Summary.Value, HistogramProto
         self._flushed = time.monotonic()
         if self.resuming is not None:
             self._purge_blocking()
@@ -155,12 +158,16 @@ class TensorBoardSink(ThreadedSink):
             index[r.name] = n + 1
             known = tags.get(r.name)
             if known is None or not known.issuperset(r.metrics):
-                tags[r.name] = (known or frozenset()).union(r.metrics)
+                known = tags[r.name] = (known or frozenset()).union(r.metrics)
+            if r.distributions and not known.issuperset(r.distributions):
+                tags[r.name] = known.union(r.distributions)  # histograms are purged by tag too
             try:
                 try:
                     values = [value(tag=k, simple_value=v) for k, v in r.metrics.items()]
                 except UnicodeEncodeError:  # a tag UTF-8 cannot encode: escaped, the record's other values as usual
                     values = self._escaped(r.metrics)
+                if r.distributions:
+                    values += self._histograms(r.distributions)
                 write(event(wall_time=r.time, step=n if r.step is None else r.step, summary=summary(value=values)))
             except (ValueError, TypeError, OverflowError) as exc:  # this record only (a step protobuf cannot hold)
                 failed.append((r, exc))
@@ -184,6 +191,23 @@ class TensorBoardSink(ThreadedSink):
                 self.keys_escaped += 1
             values.append(self._value(tag=k if tag is None else tag, simple_value=v))
         return values
+
+    def _histograms(self, distributions: Mapping[str, Summary]) -> list[Any]:
+        """A histogram value per distribution that holds values (TensorBoard's ``HistogramProto``)."""
+        out = []
+        for key, summary in distributions.items():
+            if not summary.count:
+                continue
+            edges, counts = summary.histogram()
+            histo = self._histogram(
+                min=summary.min, max=summary.max, num=summary.count, sum=summary.sum,
+                bucket_limit=edges[1:], bucket=counts,
+            )
+            tag = escape(key)
+            if tag is not None:
+                self.keys_escaped += 1
+            out.append(self._value(tag=key if tag is None else tag, histo=histo))
+        return out
 
     def counters(self) -> dict[str, float]:
         """``keys_escaped``: values written under an escaped tag (read on the monitor's loop)."""

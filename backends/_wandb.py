@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from monitor_async._core import AlertEvent, Ranks, Record, ThreadedAlertSink, check_ranks
+from monitor_async._core.distribution import Summary
 from monitor_async._core.resume import ResumePoint, number_on
 
 log = logging.getLogger("monitor_async")
@@ -17,6 +18,7 @@ __all__ = ["WandbSink"]
 LEVELS = {"warning": "WARN", "critical": "ERROR"}
 """``run.alert`` level of a firing event, by severity; a resolved one is ``INFO``."""
 _TITLE = 63  # wandb: "title must be less than 64 characters long"
+_MAX_BINS = 512  # wandb.Histogram.MAX_LENGTH
 
 
 def alert_title(event: AlertEvent) -> str:
@@ -42,6 +44,9 @@ def alert_title(event: AlertEvent) -> str:
 
 class WandbSink(ThreadedAlertSink):
     """Logs every record to a wandb run, each watch against its own step axis.
+
+    A record's distributions are ``wandb.Histogram``s (``<watch>/<key>``) in the same history row
+    as its scalars.
 
     What it promises: [Sinks: wandb](sinks.md#wandb-wandbsink).
 
@@ -152,7 +157,25 @@ class WandbSink(ThreadedAlertSink):
             index[name] = n + 1
             data: dict[str, Any] = dict(r.metrics)
             data[axis] = n if r.step is None else r.step
+            if r.distributions:
+                data.update(self._histograms(r.distributions))
             run.log(data)
+
+    def _histograms(self, distributions: Mapping[str, Summary]) -> dict[str, Any]:
+        """A ``wandb.Histogram`` per distribution that holds values, its buckets as they are (512 at most)."""
+        import wandb
+
+        out = {}
+        for key, summary in distributions.items():
+            if summary.count:
+                edges, counts = summary.histogram()
+                while len(counts) > _MAX_BINS:  # explicit bounds past wandb's limit: neighbours joined
+                    edges, counts = edges[::2] + ([edges[-1]] if len(edges) % 2 == 0 else []), [
+                        sum(counts[i:i + 2]) for i in range(0, len(counts), 2)
+                    ]
+                shape: Any = (counts, edges)  # wandb takes lists as well as numpy arrays
+                out[key] = wandb.Histogram(np_histogram=shape)
+        return out
 
     def alert_blocking(self, event: AlertEvent) -> None:
         """Sends ``event`` to the run as a wandb alert (see [Alerts](alerts.md#wandbsink))."""

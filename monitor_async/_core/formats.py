@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .._version import __version__
+from .distribution import Summary
 
 __all__ = [
     "CSV_COLUMNS",
@@ -37,6 +38,7 @@ __all__ = [
     "CSV_HEADER_SOURCE",
     "CSV_SOURCE_COLUMNS",
     "JSONL_ALERT",
+    "JSONL_DISTRIBUTIONS",
     "JSONL_LAUNCH",
     "JSONL_METRICS",
     "JSONL_NAME",
@@ -49,11 +51,13 @@ __all__ = [
     "csv_launch",
     "csv_launch_more",
     "csv_launch_row",
+    "distribution_json",
     "finite",
     "jsonl_launch",
     "jsonl_launch_line",
     "launch_info",
     "launch_resumes",
+    "parse_distribution",
     "parse_source",
     "source_text",
 ]
@@ -73,6 +77,8 @@ JSONL_LAUNCH = "launch"
 """The key of a launch line: ``{"launch": launch_info()}``."""
 JSONL_ALERT = "alert"
 """The key of an alert line: ``{"time": ..., "alert": AlertEvent.to_dict()}``."""
+JSONL_DISTRIBUTIONS = "distributions"
+"""The key of a record's distributions, when it has some: ``{"<watch>/<key>": distribution_json(summary)}``."""
 JSONL_RECORD_PARTS: tuple[str, str, str, str, str] = (
     f'{{"{JSONL_TIME}":', f',"{JSONL_NAME}":', f',"{JSONL_STEP}":', f',"{JSONL_METRICS}":', f',"{JSONL_SOURCE}":',
 )
@@ -232,3 +238,83 @@ def parse_source(text: str) -> dict[str, str]:
     """
     pairs = (part.partition("=") for part in text.split(";") if part)
     return {k: v for k, _, v in pairs}
+
+
+# ------------------------------------------------------------------ distributions
+def distribution_json(summary: Summary) -> dict[str, Any]:
+    """``summary`` as a compact JSON object, the histogram itself included (JSONLSink, the network sinks' spool).
+
+    ``count`` and ``sum``; ``min``, ``max`` and ``quantiles`` (``[[q, value], ...]``) when ``count`` is not 0;
+    ``nan`` and ``inf`` when not 0; then either ``bounds`` and ``counts`` (explicit buckets) or ``scale``
+    and, when not empty, ``zero`` (the zeros), ``positive`` and ``negative`` (``[offset, [counts...]]``:
+    bucket ``offset + i`` holds magnitudes in ``(base**(offset + i), base**(offset + i + 1)]``,
+    ``base = 2 ** 2 ** -scale``, OpenTelemetry's exponential histogram). A sum past the largest float
+    is left out (strict JSON).
+
+    Examples:
+        >>> from monitor_async._core.distribution import summarize
+        >>> distribution_json(summarize([0.0, 2.0, 2.0], quantiles=(0.5,)))
+        {'count': 3, 'sum': 4.0, 'min': 0.0, 'max': 2.0, 'quantiles': [[0.5, 2.0]], 'scale': 20, 'zero': 1, 'positive': [1048575, [2]]}
+        >>> distribution_json(summarize([0.5, 3.0], quantiles=(), bounds=[1.0]))
+        {'count': 2, 'sum': 3.5, 'min': 0.5, 'max': 3.0, 'quantiles': [], 'bounds': [1.0], 'counts': [1, 1]}
+        >>> parse_distribution(distribution_json(summarize([0.0, 1.0, 3.0]))) == summarize([0.0, 1.0, 3.0])
+        True
+    """
+    out: dict[str, Any] = {"count": summary.count}
+    if math.isfinite(summary.sum):
+        out["sum"] = summary.sum
+    if summary.count:
+        out["min"], out["max"] = summary.min, summary.max
+        out["quantiles"] = [[q, v] for q, v in summary.quantiles if math.isfinite(v)]
+    if summary.nan_count:
+        out["nan"] = summary.nan_count
+    if summary.inf_count:
+        out["inf"] = summary.inf_count
+    if summary.bounds is not None:
+        out["bounds"], out["counts"] = list(summary.bounds), list(summary.counts)
+        return out
+    out["scale"] = summary.scale
+    if summary.zero_count:
+        out["zero"] = summary.zero_count
+    for field, (offset, counts) in (("positive", summary.positive), ("negative", summary.negative)):
+        if counts:
+            out[field] = [offset, list(counts)]
+    return out
+
+
+def parse_distribution(obj: object) -> Summary | None:
+    """The `Summary` a `distribution_json` object describes, or None when it is not one (a reader skips it)."""
+    if not isinstance(obj, dict):
+        return None
+    try:
+        count = _count(obj["count"])
+        nan = math.nan
+        sides = [_side(obj.get(field)) for field in ("positive", "negative")]
+        bounds = obj.get("bounds")
+        figures = tuple((float(q), float(v)) for q, v in obj.get("quantiles", ()))
+        summary = Summary(
+            count, float(obj.get("sum", math.inf)), float(obj.get("min", nan)), float(obj.get("max", nan)), figures,
+            _count(obj.get("nan", 0)), _count(obj.get("inf", 0)), int(obj.get("scale", 0)), _count(obj.get("zero", 0)),
+            sides[0], sides[1],
+            None if bounds is None else tuple(float(b) for b in bounds),
+            tuple(_count(c) for c in obj.get("counts", ())),
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
+    if summary.bounds is not None and len(summary.counts) != len(summary.bounds) + 1:
+        return None
+    return summary
+
+
+def _count(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(value)
+    return value
+
+
+def _side(value: object) -> tuple[int, tuple[int, ...]]:
+    if value is None:
+        return (0, ())
+    if not isinstance(value, list) or len(value) != 2 or not isinstance(value[0], int) or not isinstance(value[1], list):
+        raise ValueError(value)
+    return (value[0], tuple(_count(c) for c in value[1]))

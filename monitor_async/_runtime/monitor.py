@@ -15,6 +15,8 @@ from types import TracebackType
 from typing import Any
 
 from .._core.alerts import Alert, AlertEvent
+from .._core.checks import fractions
+from .._core.distribution import DEFAULT_QUANTILES
 from .._core.exceptions import ConfigError
 from .._core.formats import launch_info
 from .._core.guard import within_all
@@ -81,6 +83,11 @@ class Monitor:
         handle_signals: stop as ``stop()`` does when SIGTERM or SIGHUP ends the
             process, which then ends by that signal (default ``True``; see
             [ending by signal](guarantees.md#ending-by-signal-is-a-stop-test_signalspy)).
+        quantiles: the quantiles of every distribution's summary (default
+            ``(0.5, 0.9, 0.99)``: ``p50``, ``p90``, ``p99``); see [distributions](distributions.md).
+        distributions: summarise values that are many numbers (lists, arrays,
+            tensors) as distributions (default ``True``); ``False`` leaves them
+            out, counted in ``values_dropped``, as TorchRL does.
 
     Raises:
         ConfigError: an option is out of range (the message names it).
@@ -120,12 +127,17 @@ class Monitor:
         notify: Sequence[Callable[[AlertEvent], Any]] | Callable[[AlertEvent], Any] | None = None,
         notify_timeout: float = 10.0,
         handle_signals: bool = True,
+        quantiles: Sequence[float] = DEFAULT_QUANTILES,
+        distributions: bool = True,
     ) -> None:
         check_monitor(dict(
             on_error=on_error, poll_interval=poll_interval, stop_timeout=stop_timeout, notify_timeout=notify_timeout,
             poll_timeout=poll_timeout, batch_wait=batch_wait, queue_size=queue_size, max_batch=max_batch,
             thread_limit=thread_limit, max_values=max_values, world=world, alerts=alerts, handle_signals=handle_signals,
+            quantiles=quantiles, distributions=distributions,
         ))
+        # the quantiles of every distribution (None: values of many numbers are left out)
+        summarised = fractions("Monitor", "quantiles", quantiles) if distributions else None
         self.poll_interval = float(poll_interval)
         self.poll_timeout = poll_timeout
         self.stop_timeout = float(stop_timeout)
@@ -144,13 +156,16 @@ class Monitor:
         self._alerts = Engine(alerts or (), notifiers, float(notify_timeout), to_channels(self._channels), source)
         self._feed = AlertFeed(self._alerts)  # how the parts that feed the rules hold them
         fanout = Fanout(self._channels, self._counters, self._feed)
-        self._pushes = Pushes(queue_size, max_values, self._errors, fanout, source, alerts=self._feed)
+        self._pushes = Pushes(
+            queue_size, max_values, self._errors, fanout, source, alerts=self._feed, quantiles=summarised,
+            pool=self._worker_pool,
+        )
         self._poller = Poller(self._counters, fanout, self._errors, self._worker_pool, self._feed)
         self._lag = LoopLag(self._alerts)
         self._registry = Registry(
             poll_interval=self.poll_interval, poll_timeout=poll_timeout, max_values=max_values, world=self.world,
             source=source, alerts=self._alerts, pool=self._worker_pool, counters=self._counters,
-            added=self._added, removed=self._removed,
+            added=self._added, removed=self._removed, quantiles=summarised,
         )
         self._watches = self._registry.watches
         self._ticks: Ticks | None = None  # the running loop's timers
@@ -219,6 +234,7 @@ class Monitor:
         timeout: float | None = None,
         offload: Offload = "auto",
         reduce: Reduce | Mapping[str, str | Sequence[str]] | None = None,
+        quantiles: Sequence[float] | None = None,
     ) -> str:
         """Registers ``target`` and returns its watch name; works before and while running.
 
@@ -250,6 +266,8 @@ class Monitor:
             reduce: ``{"loss": "mean", ...}`` or a [Reduce][monitor_async.distributed.Reduce]:
                 also log ``"<name>/all"`` reduced across ranks, or over a list of
                 targets ([reductions](distributed.md#reductions)).
+            quantiles: the quantiles of this watch's distributions (default: the
+                monitor's); see [distributions](distributions.md).
 
         Returns:
             The watch name.
@@ -273,7 +291,7 @@ class Monitor:
         spec = WatchSpec(
             schedule=schedule, step=step, stats_fn=stats_fn, stats_kwargs=stats_kwargs, rate_keys=rate_keys,
             log_on_start=log_on_start, log_on_close=log_on_close, poll_interval=poll_interval, timeout=timeout,
-            offload=offload,
+            offload=offload, quantiles=quantiles,
         )
         try:
             return self._registry.watch(target, name, spec, reduce)

@@ -336,6 +336,9 @@ class LoggerMonitor(SyncMonitor):
         background: poll in a daemon loop thread once started (default ``True``),
             or only at ``step()``.
         on_error: ``"warn"`` (default), ``"ignore"`` or ``"raise"``.
+        distributions: summarise values that are many numbers as
+            [distributions](distributions.md) (default ``False``: left out and
+            counted, as TorchRL's ``LoggerMonitor`` does).
         **options: any other keyword option of [Monitor][monitor_async.Monitor].
 
     Examples:
@@ -361,10 +364,12 @@ class LoggerMonitor(SyncMonitor):
         poll_interval: float = 1.0,
         background: bool = True,
         on_error: OnError = "warn",
+        distributions: bool = False,
         **options: Any,
     ) -> None:
         super().__init__(
-            logger, poll_interval=poll_interval, background=background, on_error=on_error, **options
+            logger, poll_interval=poll_interval, background=background, on_error=on_error,
+            distributions=distributions, **options,
         )
 
 

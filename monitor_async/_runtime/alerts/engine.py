@@ -25,7 +25,7 @@ from ..._core.policy import describe, log
 from ..._core.record import EMPTY_SOURCE, Record, Source
 from ..._core.values import nonfinite_values
 from ..notify import Notifier, log_event
-from .trackers import Nonfinite, Quiet, QuietWatches, Stalled, Threshold, Track, Unhealthy
+from .trackers import Nonfinite, NonfiniteMany, Quiet, QuietWatches, Stalled, Threshold, Track, Unhealthy
 
 __all__ = ["Engine"]
 
@@ -357,7 +357,32 @@ class Engine:
                 track.since = self.clock()
                 track.fire(track.since, f"{key}{track.where} is {value} (left out of the records)")
 
-    def board(self, base: str, own: int, latest: Mapping[int, tuple[int, Mapping[str, float]]]) -> None:
+    def many(self, record: Record) -> None:
+        """A record with distributions: fire ``nonfinite`` rules for those that held NaN or inf values, saying how many."""
+        if self.paused_at is not None or not self.scan_nonfinite or record.name in self.ignored:
+            return
+        name, source = record.name, record.source
+        for key, summary in record.distributions.items():
+            nans, infs = summary.nan_count, summary.inf_count
+            if not (nans or infs):
+                continue
+            for rule in self.rules:
+                if rule.kind != "nonfinite" or not matches(key, rule.target):
+                    continue
+                track = self._get(rule, name, key, source, partial(NonfiniteMany, self, rule, name, key, source))
+                known = self.nonfinite_of.setdefault(name, [])
+                if track not in known:
+                    known.append(track)
+                track.value = float(nans + infs)
+                self.bound.pop(name, None)  # its next summary without them resolves it
+                track.since = self.clock()
+                track.fire(
+                    track.since,
+                    f"{key}{track.where} holds {nans} NaN and {infs} infinite values of "
+                    f"{nans + infs + summary.count} (left out of its summary)",
+                )
+
+    def board(self, base: str, own: int, latest: Mapping[int, tuple[int, Mapping[str, Any]]]) -> None:
         """Every rank's values on a reduction's board (main rank): each rank is tracked as a source of its own."""
         if self.paused_at is not None:
             return
@@ -368,7 +393,7 @@ class Engine:
             if self.board_seq.get((base, member)) == seq:
                 continue
             self.board_seq[(base, member)] = seq
-            metrics = {prefix + key: value for key, value in values.items()}
+            metrics = {prefix + key: value for key, value in values.items() if type(value) is not dict}  # not a summary
             source = Source({**self.source, "rank": member})
             bound_as = f"{base}\x00{member}"
             entry = self.bound.get(bound_as)
