@@ -225,7 +225,7 @@ def resumed_line(resume: Resume) -> str:
     Examples:
         >>> from pathlib import Path
         >>> r = Resume(Path("m.jsonl"), 100.0, 9, 0.0, 7, 50.0, 99.0, {"train": (300, 49.0)}, 42)
-        >>> resumed_line(r)[:9], resumed_line(r)[17:]
+        >>> resumed_line(r)[:9], resumed_line(r)[18:]
         ('resumed: ', 'launch of pid 9 resumed the launch of pid 7 from its checkpoint at train step 300; 42 records it logged after the checkpoint are superseded (--launches all shows them)')
     """
     stepped = [f"{name} step {step}" for name, (step, _) in resume.watches.items() if step is not None]
