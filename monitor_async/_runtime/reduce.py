@@ -18,6 +18,7 @@ from typing import Any
 from .._core.checks import choice, number, refuse
 from .._core.distribution import DEFAULT_QUANTILES, Summary, merge
 from .._core.exceptions import ConfigError
+from .._core.formats import distribution_json, parse_distribution
 from .._core.record import Record
 from .boards import Board, LocalBoard, board_for
 
@@ -33,13 +34,8 @@ _SUMMARY = "~summary"
 
 
 def to_board(summary: Summary) -> dict[str, Any]:
-    """A `Summary` as a JSON-able dict, for a board (`from_board` reads it back)."""
-    return {_SUMMARY: [
-        summary.count, summary.sum, summary.min, summary.max, [list(q) for q in summary.quantiles],
-        summary.nan_count, summary.inf_count, summary.scale, summary.zero_count,
-        [summary.positive[0], list(summary.positive[1])], [summary.negative[0], list(summary.negative[1])],
-        None if summary.bounds is None else list(summary.bounds), list(summary.counts),
-    ]}
+    """A `Summary` as a JSON-able dict for a board: the JSONL sink's form (`distribution_json`), marked."""
+    return {_SUMMARY: distribution_json(summary)}
 
 
 def from_board(value: object) -> Summary | None:
@@ -48,16 +44,7 @@ def from_board(value: object) -> Summary | None:
         return value
     if not isinstance(value, dict) or _SUMMARY not in value:
         return None
-    try:
-        (count, total, low, high, quantiles, nans, infs, scale, zeros, positive, negative, bounds, counts) = value[_SUMMARY]
-        return Summary(
-            int(count), float(total), float(low), float(high), tuple((float(q), float(v)) for q, v in quantiles),
-            int(nans), int(infs), int(scale), int(zeros), (int(positive[0]), tuple(int(c) for c in positive[1])),
-            (int(negative[0]), tuple(int(c) for c in negative[1])),
-            None if bounds is None else tuple(float(b) for b in bounds), tuple(int(c) for c in counts),
-        )
-    except (TypeError, ValueError):  # not one of ours: left out
-        return None
+    return parse_distribution(value[_SUMMARY])
 
 
 def reduce_values(values: Sequence[float], how: str) -> float:
