@@ -22,6 +22,8 @@ A file cut to nothing in place (``copytruncate``) gets its header again.
 
 Launches: a sink that opens a file already holding lines appends a marker
 line first (``LineSink.launch_line``), so readers keep the launches apart.
+A sink that resumes a launch (``resume``) always appends its mark, which then
+says which launch it resumes and where ([Resuming a run](resuming.md)).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import contextlib
 import logging
 import os
 import stat
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +42,7 @@ import aiofiles.os
 
 from monitor_async._core import BaseSink, Ranks, Record, check_ranks, rank_path
 from monitor_async._core.formats import launch_info
+from monitor_async._core.resume import ResumePoint
 
 try:
     import fcntl
@@ -131,9 +134,9 @@ def _line_end(fd: int, size: int) -> int:
     return 0
 
 
-def _prepare(fd: int, header: bytes, marker: bytes = b"") -> tuple[bytes | None, _Identity | None]:
+def _prepare(fd: int, header: bytes, marker: bytes = b"", always: bool = False) -> tuple[bytes | None, _Identity | None]:
     """At open, locked: the header goes into an empty file, a torn last line is cut away, and a
-    file that already holds lines gets ``marker`` (a new launch appends to it).
+    file that already holds lines gets ``marker`` (a new launch appends to it); with ``always``, any file does.
 
     Returns the first line of a file that does not start with ``header``
     (the file is then left as it is), else ``None``; and the file's device
@@ -144,7 +147,7 @@ def _prepare(fd: int, header: bytes, marker: bytes = b"") -> tuple[bytes | None,
         identity = (info.st_dev, info.st_ino) if stat.S_ISREG(info.st_mode) else None
         size = info.st_size
         if size == 0:
-            _append_all(fd, header, _end(fd))
+            _append_all(fd, header + (marker if always else b""), _end(fd))
             return None, identity
         if header:
             head = os.pread(fd, max(len(header), 256), 0)
@@ -153,7 +156,7 @@ def _prepare(fd: int, header: bytes, marker: bytes = b"") -> tuple[bytes | None,
         if os.pread(fd, 1, size - 1) != b"\n":
             size = _line_end(fd, size)
             os.ftruncate(fd, size)
-        if marker and identity is not None and size > len(header):
+        if marker and identity is not None and (size > len(header) or always):
             _append_all(fd, marker, _end(fd))
     return None, identity
 
@@ -176,6 +179,8 @@ class LineFile:
         self.path = path
         self.marker = marker
         """Makes the line that marks a new launch in a file that already holds lines (see ``LineSink.launch_line``)."""
+        self.mark_always = False
+        """Whether the mark goes into a new or empty file too (a resumed launch's mark)."""
         self.owner = owner
         self.header = header
         self.fsync = fsync
@@ -196,8 +201,9 @@ class LineFile:
         except OSError as exc:
             raise self._error(exc) from exc
         try:
+            always = self.mark_always  # read first: making the marker says the resume once
             marker = b"" if self.marker is None else self.marker()
-            first, identity = await _prepare_async(file.fileno(), self.header, marker)
+            first, identity = await _prepare_async(file.fileno(), self.header, marker, always)
         except OSError as exc:
             await file.close()
             raise self._error(exc) from exc
@@ -271,7 +277,22 @@ class LineSink(BaseSink, abc.ABC):
         self._file = LineFile(self.path, owner, header=self.header, fsync=self.fsync, marker=self._launch)
 
     def _launch(self) -> bytes:
-        return self.launch_line(launch_info()).encode()
+        info: dict[str, object] = launch_info()
+        if self.resuming is not None and self._file.mark_always:  # said once, in the first mark after resume()
+            info["resumes"] = self.resuming.mark()
+            self._file.mark_always = False
+        return self.launch_line(info).encode()
+
+    async def resume(self, point: ResumePoint, state: Mapping[str, Any] | None) -> None:
+        """Continues the launch ``point`` names: the file's launch mark says so (see [resuming](resuming.md))."""
+        self._file.mark_always = True
+        await super().resume(point, state)
+
+    async def _resume_open(self) -> None:
+        """Open already (its mark written): the resumed launch's mark is appended now."""
+        line = self._launch()
+        if line:
+            await self._file.write(line)
 
     def launch_line(self, info: dict[str, object]) -> str:
         """The line that marks a new launch appending to a file that already holds lines ("" for none).

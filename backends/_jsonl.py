@@ -8,7 +8,14 @@ import sys
 from collections.abc import Sequence
 
 from monitor_async._core import AlertEvent, Ranks, Record
-from monitor_async._core.formats import JSONL_ALERT, JSONL_RECORD_PARTS, JSONL_TIME, jsonl_launch_line
+from monitor_async._core.formats import (
+    JSONL_ALERT,
+    JSONL_DISTRIBUTIONS,
+    JSONL_RECORD_PARTS,
+    JSONL_TIME,
+    distribution_json,
+    jsonl_launch_line,
+)
 
 from ._files import LineSink
 
@@ -16,7 +23,11 @@ __all__ = ["JSONLSink"]
 
 
 class JSONLSink(LineSink):
-    """Appends one line per record: ``{"time", "name", "step", "metrics"}`` (and ``"source"``).
+    """Appends one line per record: ``{"time", "name", "step", "metrics"}`` (and ``"source"``, ``"distributions"``).
+
+    A record's distributions keep their histogram in the line
+    (``"distributions": {"<watch>/<key>": {...}}``, see
+    [Sinks: Files](sinks.md#distributions-in-a-jsonl-line)); their summary is in ``metrics``.
 
     What it promises: [Sinks: Files](sinks.md#files-csvsink-and-jsonlsink).
 
@@ -88,6 +99,9 @@ class JSONLSink(LineSink):
                 name = self._name(r.name)
             step = "null" if r.step is None else str(r.step)
             source = f"{at_source}{encode(dict(r.source))}" if r.source else ""  # where it came from
+            if r.distributions:
+                shapes = {key: distribution_json(summary) for key, summary in r.distributions.items()}
+                source += f',"{JSONL_DISTRIBUTIONS}":{encode(shapes)}'
             lines.append(
                 f"{at_time}{encode(r.time)}{at_name}{name}{at_step}{step}{at_metrics}{encode(r.metrics)}{source}}}\n"
             )

@@ -8,11 +8,12 @@ from collections.abc import Awaitable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from monitor_async._core import Ranks, Record, SinkTypeError, ThreadedSink, check_ranks
+from monitor_async._core.distribution import Summary
 from monitor_async._core.loggers import is_async_callable, refuse_non_instances, shown
 from monitor_async._core.names import DEFAULT_RATE_NAMES, sink_label
 from monitor_async._core.policy import log
 
-__all__ = ["GLOBAL_STEP", "LoggerSink", "Report", "WideReports", "as_sink"]
+__all__ = ["GLOBAL_STEP", "LoggerSink", "Report", "WideReports", "as_sink", "values_of"]
 
 _STYLES = ("log_metrics", "log_scalar", "write")
 
@@ -55,7 +56,8 @@ class Report:
     """What an AgileRL-style ``logger.write(report)`` receives: one wide row of the run.
 
     ``to_dict()`` holds the sink's fixed key set ([the rule](integrations/agilerl.md#the-rule));
-    ``to_nonscalar_dict()`` is empty; ``records`` are those since the previous report.
+    ``to_nonscalar_dict()`` the latest distribution of each key in ``records`` (those since the
+    previous report) as values its `TensorboardLogger` draws a histogram of.
 
     Args:
         metrics: the report's values, in column order.
@@ -77,7 +79,15 @@ class Report:
         return dict(self.metrics)
 
     def to_nonscalar_dict(self) -> dict[str, Any]:
-        return {}
+        """``{"<watch>/<key>": values}`` for each distribution of the report's records (the latest per key).
+
+        The values are made from the histogram: each bucket's count of values spread evenly inside
+        it, the smallest and largest exact (a numpy array, or a list without numpy).
+        """
+        latest: dict[str, Summary] = {}
+        for record in self.records:
+            latest.update(record.distributions)
+        return {key: values_of(summary) for key, summary in latest.items() if summary.count}
 
     def __str__(self) -> str:
         rows = self.metrics
@@ -87,6 +97,36 @@ class Report:
         return "\n".join([title, *(f"  {k:<{width}}  {v:.6g}" for k, v in rows.items())])
 
     __repr__ = __str__
+
+
+MAX_VALUES = 100_000
+"""The most values `values_of` makes of one distribution."""
+
+
+def values_of(summary: Summary) -> Any:
+    """Values whose histogram is ``summary``'s: each bucket's count spread evenly in it, ``min`` and ``max`` exact.
+
+    For a logger that takes values, not a histogram (AgileRL's ``TensorboardLogger`` bins them again).
+    Past ``MAX_VALUES`` values every bucket's count is scaled down alike (at least one each).
+
+    Examples:
+        >>> from monitor_async._core.distribution import summarize
+        >>> [float(v) for v in values_of(summarize([1.0, 2.0, 3.0, 10.0], bounds=[2.5]))]
+        [1.0, 2.125, 4.375, 10.0]
+    """
+    low, high = summary.min, summary.max
+    shrink = min(1.0, MAX_VALUES / summary.count)
+    values: list[float] = []
+    for lower, upper, count in summary.buckets():
+        lower, upper = max(lower, low), min(upper, high)
+        count = max(1, round(count * shrink))
+        values += [lower + (upper - lower) * (k + 0.5) / count for k in range(count)]
+    values[0], values[-1] = low, high
+    try:
+        import numpy
+    except ImportError:
+        return values
+    return numpy.asarray(values)
 
 
 GLOBAL_STEP = "train/global_step"

@@ -15,6 +15,7 @@ from urllib.parse import urlparse
 
 from monitor_async._core import AlertEvent, ConfigError, DeliveryError, Ranks, Record, check_ranks
 from monitor_async._core.checks import number, refuse
+from monitor_async._core.resume import ResumePoint, number_on
 from monitor_async._core.secrets import HTTP_URL, check_http_url, keep_secret, redact, redact_logs, redact_url
 
 from ._delivery import (
@@ -335,6 +336,27 @@ class MLflowSink(ResilientSink):
         if part:
             parts.append(part)
         return parts
+
+    def resume_state(self) -> dict[str, Any] | None:
+        """The run logged to (``run_id``, once it exists) and the numbering of step-less records."""
+        if self._run_id is None:
+            return None
+        return {"run_id": self._run_id, "owned": self._owns_run, "index": dict(self._index)}
+
+    async def resume(self, point: ResumePoint, state: Mapping[str, Any] | None) -> None:
+        """Logs to the run the resumed launch logged to, instead of creating one (see [resuming](resuming.md))."""
+        await super().resume(point, state)
+        saved = state or {}
+        run_id = saved.get("run_id")
+        if not isinstance(run_id, str) or not run_id:
+            return
+        if self._run_id is None:
+            self._run_id = run_id
+            self._owns_run = bool(saved.get("owned"))  # the sink that created it ends it, as it would have
+        elif self._run_id != run_id:
+            log.warning("sink %r: resuming, but it was given run %s; the launch resumed logged to run %s, "
+                        "which it leaves as it is", self.label, self._run_id, run_id)
+        number_on(self._index, saved)
 
     def open_blocking(self) -> None:
         if urlparse(self.tracking_uri).scheme in ("http", "https"):

@@ -1,4 +1,4 @@
-"""OTLPSink: records exported as OpenTelemetry gauge data points, through the SDK's OTLP/HTTP exporter."""
+"""OTLPSink: records exported as OpenTelemetry gauge and histogram data points, through the SDK's OTLP/HTTP exporter."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from urllib.parse import unquote
 
 from monitor_async._core import ConfigError, DeliveryError, Ranks, Record, check_ranks
 from monitor_async._core.checks import number
+from monitor_async._core.distribution import Summary
 from monitor_async._core.secrets import (
     check_headers,
     check_http_url,
@@ -36,7 +37,13 @@ try:
     from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
     from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceResponse
     from opentelemetry.sdk.metrics.export import (
+        AggregationTemporality,
+        Buckets,
+        ExponentialHistogram,
+        ExponentialHistogramDataPoint,
         Gauge,
+        Histogram,
+        HistogramDataPoint,
         Metric,
         MetricExportResult,
         MetricsData,
@@ -58,6 +65,27 @@ log = logging.getLogger("monitor_async")
 DEFAULT_ENDPOINT = "http://localhost:4318/v1/metrics"
 _EXPORTER_LOGGER = "opentelemetry.exporter.otlp.proto.http.metric_exporter"
 _exporting = threading.local()
+
+
+_SERIES = 100_000
+"""Distribution series whose previous point time is kept (more start afresh)."""
+
+
+def _point(summary: Summary, attributes: dict[str, Any], start: int, stamp: int) -> Any:
+    """The OTLP data point of ``summary``: exponential histogram, or explicit-bounds histogram."""
+    if summary.bounds is not None:
+        return HistogramDataPoint(
+            attributes=attributes, start_time_unix_nano=start, time_unix_nano=stamp, count=summary.count,
+            sum=summary.sum, bucket_counts=list(summary.counts), explicit_bounds=list(summary.bounds),
+            min=summary.min, max=summary.max,
+        )
+    return ExponentialHistogramDataPoint(
+        attributes=attributes, start_time_unix_nano=start, time_unix_nano=stamp, count=summary.count,
+        sum=summary.sum, scale=summary.scale, zero_count=summary.zero_count,
+        positive=Buckets(summary.positive[0], list(summary.positive[1])),
+        negative=Buckets(summary.negative[0], list(summary.negative[1])),
+        flags=0, min=summary.min, max=summary.max,
+    )
 
 
 class _QuietWhileExporting(logging.Filter):
@@ -172,6 +200,8 @@ def _detail(response: requests.Response) -> str:
 class OTLPSink(ResilientSink):
     """Exports every record as OpenTelemetry gauge data points over OTLP/HTTP; outages lose nothing.
 
+    A distribution is a delta exponential-histogram data point (a histogram one with explicit bounds).
+
     Built on [ResilientSink][monitor_async.backends.ResilientSink]: batches wait
     in a disk spool while the collector is away. What it promises:
     [Remote trackers: OpenTelemetry](remote-trackers.md#opentelemetry-otlpsink).
@@ -244,6 +274,7 @@ class OTLPSink(ResilientSink):
         self._session: _Session | None = None
         self._partial = False
         self.points_rejected = 0
+        self._starts: dict[tuple[str, tuple[Any, ...]], int] = {}
 
     def counters(self) -> dict[str, float]:
         return {**super().counters(), "points_rejected": float(self.points_rejected)}
@@ -255,8 +286,13 @@ class OTLPSink(ResilientSink):
         )
 
     def metrics_data(self, records: Sequence[Record]) -> MetricsData:
-        """The SDK's ``MetricsData`` for a batch: one gauge per metric name, a data point per record."""
+        """The SDK's ``MetricsData`` for a batch: one gauge per metric name, a data point per record.
+
+        A distribution is a delta exponential-histogram data point (a histogram one with explicit
+        bounds), covering the time since the previous one of its watch, key and source.
+        """
         points: dict[str, list[NumberDataPoint]] = {}
+        histograms: dict[tuple[str, bool], list[Any]] = {}
         for record in records:
             prefix = record.name + "/"
             attributes: dict[str, Any] = {"watch": record.name}
@@ -271,9 +307,28 @@ class OTLPSink(ResilientSink):
                 points.setdefault(metric, []).append(
                     NumberDataPoint(attributes=attributes, start_time_unix_nano=0, time_unix_nano=stamp, value=value)
                 )
+            for key, summary in record.distributions.items():
+                metric = key[len(prefix):] if key.startswith(prefix) else key
+                start = self._since(key, record.source, stamp)
+                if summary.count:
+                    explicit = summary.bounds is not None
+                    histograms.setdefault((metric, explicit), []).append(_point(summary, attributes, start, stamp))
         metrics = [Metric(name=n, description="", unit="", data=Gauge(data_points=p)) for n, p in points.items()]
+        for (name, explicit), data in histograms.items():
+            kind = Histogram if explicit else ExponentialHistogram
+            metrics.append(Metric(name=name, description="", unit="", data=kind(data, AggregationTemporality.DELTA)))
         scope = ScopeMetrics(scope=self._scope, metrics=metrics, schema_url="")
         return MetricsData(resource_metrics=[ResourceMetrics(resource=self.resource, scope_metrics=[scope], schema_url="")])
+
+    def _since(self, key: str, source: Mapping[str, Any], stamp: int) -> int:
+        """The start of the interval a distribution's point covers: its series' previous point (else its own time)."""
+        series = (key, tuple(source.items()))
+        starts = self._starts
+        start = starts.get(series, stamp)
+        if len(starts) >= _SERIES:  # keys that keep changing: start afresh rather than grow
+            starts.clear()
+        starts[series] = stamp
+        return min(start, stamp)
 
     def send_blocking(self, records: Sequence[Record], destination: str | None) -> None:
         exporter, session = self._exporter, self._session

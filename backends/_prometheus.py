@@ -19,6 +19,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from monitor_async._core import AlertEvent, BaseSink, Ranks, Record, check_ranks
 from monitor_async._core.checks import number, refuse
+from monitor_async._core.distribution import Summary, coarsen, merge
 from monitor_async._core.secrets import redact_url
 
 from ._alerts import episode
@@ -26,7 +27,8 @@ from ._text import escape
 
 try:
     from prometheus_client import CollectorRegistry, make_asgi_app, make_wsgi_app
-    from prometheus_client.core import GaugeMetricFamily
+    from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
+    from prometheus_client.utils import floatToGoString
 except ImportError as exc:  # pragma: no cover - depends on the install
     raise ImportError(
         "PrometheusSink needs prometheus_client: pip install prometheus-client (or the extra: monitor-async[prometheus])"
@@ -45,6 +47,8 @@ _CLASH: Any = object()
 """The route of a key whose series another key of the same watch holds: its values are counted, not written."""
 _OVER: Any = object()
 """The route of a key whose series ``max_series`` kept out: its values are counted, not written."""
+_CARRIED: Any = object()
+"""The route of a distribution's ``<key>/count`` scalar: the histogram family's ``_count`` carries it."""
 
 
 def sanitise(name: str) -> str:
@@ -105,10 +109,13 @@ def health(firing: Iterable[AlertEvent]) -> tuple[int, bytes]:
 class _LatestValues:
     """The collector the registry calls on every scrape (on the HTTP server's thread)."""
 
-    def __init__(self, namespace: str) -> None:
+    def __init__(self, namespace: str, buckets: int) -> None:
         self.namespace = namespace
+        self.buckets = buckets
         self.lock = threading.Lock()
         self.families: dict[str, dict[_Series, float]] = {}
+        self.histograms: dict[str, dict[_Series, Summary]] = {}
+        """Per histogram family and series, every value it was given since the sink started (merged)."""
         self.help: dict[str, str] = {}
         self.times: dict[_Series, float] = {}
         self.alerts: dict[tuple[Any, ...], AlertEvent] = {}
@@ -125,8 +132,15 @@ class _LatestValues:
     def collect(self) -> Iterator[Any]:
         with self.lock:
             families = [(name, self.help[name], dict(series)) for name, series in self.families.items()]
+            histograms = [(name, self.help[name], dict(series)) for name, series in self.histograms.items()]
             times = dict(self.times)
             alerts = list(self.alerts.values())
+        for name, doc, kept in histograms:
+            labels, rows = _labels(list(kept))
+            histogram = HistogramMetricFamily(name, doc, labels=labels)
+            for row, summary in zip(rows, kept.values(), strict=True):
+                histogram.add_metric(row, _cumulative(coarsen(summary, self.buckets)), summary.sum)
+            yield histogram
         for name, doc, series in [*families, (f"{self.namespace}_{_TIMESTAMP}", "", times)]:
             if not series:
                 continue
@@ -156,6 +170,22 @@ class _LatestValues:
         return family
 
 
+def _cumulative(summary: Summary) -> list[tuple[str, float]]:
+    """``[(le, values <= le), ..., ("+Inf", count)]``: explicit bounds as given, else each exponential bucket's upper edge."""
+    if summary.bounds is not None:
+        uppers, counts = list(summary.bounds), list(summary.counts[:-1])
+    else:
+        edges, counts = summary.histogram()
+        uppers = edges[1:]
+    out = []
+    total = 0
+    for upper, count in zip(uppers, counts, strict=True):
+        total += count
+        out.append((floatToGoString(upper), float(total)))  # type: ignore[no-untyped-call]
+    out.append(("+Inf", float(summary.count)))
+    return out
+
+
 class _Server(ThreadingMixIn, WSGIServer):
     """The built-in server: a thread per request, never keeping the process alive."""
 
@@ -169,6 +199,9 @@ class _QuietHandler(WSGIRequestHandler):
 
 class PrometheusSink(BaseSink):
     """Keeps the latest value of every metric as a gauge and serves it at ``/metrics``.
+
+    A distribution is a histogram family (``_bucket{le=...}``, ``_count``, ``_sum``) of every value it
+    was given since the sink started, beside the gauges of its latest summary (``<key>_p50``...).
 
     One gauge family per metric, labelled by watch, in its own registry; alerts
     are ``ALERTS`` series and ``/healthz`` answers 503 while a critical one fires.
@@ -186,6 +219,8 @@ class PrometheusSink(BaseSink):
             ``"monitor_async"``); must match ``[a-zA-Z_][a-zA-Z0-9_]*``.
         max_series: the most (metric, watch, source) series exported (default
             10,000); an integer >= 1.
+        histogram_buckets: the most ``le`` buckets per sign of a distribution's histogram
+            (default 20; its exponential buckets are joined until they fit); an integer >= 1.
         name: the sink's label in ``Monitor.stats()`` and in messages;
             ``None`` (default) or ``""``: ``"prometheus"``.
         ranks: ``"all"`` (default): every rank serves its own gauges;
@@ -224,6 +259,7 @@ class PrometheusSink(BaseSink):
         *,
         namespace: str = "monitor_async",
         max_series: int = 10_000,
+        histogram_buckets: int = 20,
         name: str | None = None,
         ranks: Ranks = "all",
     ) -> None:
@@ -239,6 +275,7 @@ class PrometheusSink(BaseSink):
                 f"PrometheusSink {self.label!r}: namespace must match [a-zA-Z_][a-zA-Z0-9_]*, got {namespace!r}"
             )
         number(owner, "max_series", max_series, integer=True)
+        number(owner, "histogram_buckets", histogram_buckets, integer=True)
         self._host = host
         self._port = port
         self.max_series = max_series
@@ -246,7 +283,7 @@ class PrometheusSink(BaseSink):
         self._series = 0
         self._owns_registry = registry is None
         self.registry: Any = CollectorRegistry() if registry is None else registry
-        self._collector = _LatestValues(namespace)
+        self._collector = _LatestValues(namespace, histogram_buckets)
         self.registry.register(self._collector)
         self.keys_collided = 0
         self.keys_escaped = 0
@@ -384,6 +421,8 @@ class PrometheusSink(BaseSink):
                 routes = all_routes.get(at)
                 if routes is None:
                     routes = self._routes_of(at)
+                if record.distributions:
+                    self._histograms(record, at, routes)
                 for key, value in record.metrics.items():
                     route = routes.get(key)
                     if route is None:
@@ -392,9 +431,27 @@ class PrometheusSink(BaseSink):
                         route[at] = value
                     elif route is _CLASH:
                         self.keys_collided += 1
-                    else:
+                    elif route is not _CARRIED:
                         self.series_dropped += 1
                 collector.times[at] = record.time
+
+    def _histograms(self, record: Record, at: _Series, routes: dict[str, Any]) -> None:
+        """Adds each distribution of ``record`` to its histogram family's series (lock held)."""
+        for key, summary in record.distributions.items():
+            route = routes.get(key)
+            if route is None:
+                route = self._route(record.name, at, key, routes, histogram=True)
+                routes.setdefault(f"{key}/count", _CARRIED)
+            if type(route) is dict:
+                kept = route.get(at)
+                try:
+                    route[at] = summary if kept is None else merge([kept, summary], quantiles=())
+                except ValueError:  # other explicit bounds than before: the series starts again (a counter reset)
+                    route[at] = summary
+            elif route is _CLASH:
+                self.keys_collided += 1
+            else:
+                self.series_dropped += 1
 
     def _label(self, name: str) -> str:
         """The ``watch`` label of a watch name: escaped when UTF-8 cannot encode it (a scrape must encode it)."""
@@ -410,8 +467,11 @@ class PrometheusSink(BaseSink):
         self._routed += 2 * _ENTRY
         return routes
 
-    def _route(self, name: str, at: _Series, key: str, routes: dict[str, Any]) -> Any:
+    def _route(self, name: str, at: _Series, key: str, routes: dict[str, Any], histogram: bool = False) -> Any:
         """Where the values of ``key`` of watch ``name`` go: a family's series (``{at: value}``), ``_CLASH`` or ``_OVER``.
+
+        A ``histogram`` (a distribution's key) also claims its family's ``_count``, ``_sum`` and
+        ``_bucket`` names, so that no gauge takes them.
 
         The first key of a watch (and source) to give a family name owns that
         series for good; another key of the same watch that sanitises to the
@@ -430,15 +490,32 @@ class PrometheusSink(BaseSink):
         if family == self._reserved:
             family += "_value"
         owner = self._claims.get((family, at))
+        other = collector.families if histogram else collector.histograms
         route: Any
-        if owner is None:
+        if family in other:  # a gauge family cannot be a histogram one too
+            route = _CLASH
+            if not self.keys_collided:
+                log.warning(
+                    "PrometheusSink %r: key %r of watch %r becomes the metric name %s, which is already a %s "
+                    "family; its values are left out and counted in monitor.stats()['sink/%s/keys_collided'] "
+                    "(reported once per sink)",
+                    self.label, key, label, family, "gauge" if histogram else "histogram", self.label,
+                )
+        elif owner is None:
             if self._series < self.max_series:
                 self._series += 1
                 self._claims[(family, at)] = key
-                route = collector.families.get(family)
+                kind: dict[str, Any] = collector.histograms if histogram else collector.families
+                route = kind.get(family)
                 if route is None:
-                    route = collector.families[family] = {}
-                    collector.help[family] = f"Latest value of stats() key {metric!r}."
+                    route = kind[family] = {}
+                    collector.help[family] = (
+                        f"Values of stats() key {metric!r} since the sink started." if histogram
+                        else f"Latest value of stats() key {metric!r}."
+                    )
+                if histogram:
+                    for part in ("_count", "_sum", "_bucket"):
+                        self._claims.setdefault((family + part, at), key)
             else:
                 route = _OVER
                 if not self.series_dropped:
@@ -448,7 +525,7 @@ class PrometheusSink(BaseSink):
                         self.label, self.max_series, family, label,
                     )
         elif owner == key:
-            route = collector.families[family]
+            route = (collector.histograms if histogram else collector.families)[family]
         else:
             route = _CLASH
             if not self.keys_collided:

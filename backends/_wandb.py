@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Sequence
+import logging
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from monitor_async._core import AlertEvent, Ranks, Record, ThreadedAlertSink, check_ranks
+from monitor_async._core.distribution import Summary
+from monitor_async._core.resume import ResumePoint, number_on
+
+log = logging.getLogger("monitor_async")
 
 __all__ = ["WandbSink"]
 
 LEVELS = {"warning": "WARN", "critical": "ERROR"}
 """``run.alert`` level of a firing event, by severity; a resolved one is ``INFO``."""
 _TITLE = 63  # wandb: "title must be less than 64 characters long"
+_MAX_BINS = 512  # wandb.Histogram.MAX_LENGTH
 
 
 def alert_title(event: AlertEvent) -> str:
@@ -38,6 +44,9 @@ def alert_title(event: AlertEvent) -> str:
 
 class WandbSink(ThreadedAlertSink):
     """Logs every record to a wandb run, each watch against its own step axis.
+
+    A record's distributions are ``wandb.Histogram``s (``<watch>/<key>``) in the same history row
+    as its scalars.
 
     What it promises: [Sinks: wandb](sinks.md#wandb-wandbsink).
 
@@ -89,15 +98,50 @@ class WandbSink(ThreadedAlertSink):
         self._index: dict[str, int] = {}
 
     def open_blocking(self) -> None:
+        saved = self.resumed or {}
         if self.run is not None:
+            self._check_resumed(saved)
+            self._define_resumed()
             return
         import wandb
 
         if wandb.run is not None:
             self.run = wandb.run
+            self._check_resumed(saved)
         else:
-            self.run = wandb.init(**self.init_kwargs)
+            kwargs = dict(self.init_kwargs)
+            run_id = saved.get("id") if self.resuming is not None else None
+            if isinstance(run_id, str) and run_id and "id" not in kwargs:
+                kwargs["id"] = run_id  # the run the resumed launch logged to, continued
+                kwargs.setdefault("resume", "allow")
+            self.run = wandb.init(**kwargs)
             self._owns_run = True
+        self._define_resumed()
+
+    def _define_resumed(self) -> None:
+        """The axes of the names numbered on from the state (the write path defines only a new name's)."""
+        for name in self._index:
+            self.run.define_metric(f"{name}/step")
+            self.run.define_metric(f"{name}/*", step_metric=f"{name}/step")
+
+    def _check_resumed(self, saved: dict[str, Any]) -> None:
+        """A run given (or active): it is logged to as it is; a resume to another run is said."""
+        run_id = saved.get("id")
+        if self.resuming is not None and isinstance(run_id, str) and run_id != getattr(self.run, "id", run_id):
+            log.warning("sink %r: resuming, but it was given wandb run %s; the launch resumed logged to run %s",
+                        self.label, getattr(self.run, "id", None), run_id)
+
+    def resume_state(self) -> dict[str, Any] | None:
+        """The wandb run's id (continued with ``resume="allow"``) and the numbering of step-less records."""
+        run_id = getattr(self.run, "id", None)
+        if not isinstance(run_id, str):
+            return None
+        return {"id": run_id, "index": dict(self._index)}
+
+    async def resume(self, point: ResumePoint, state: Mapping[str, Any] | None) -> None:
+        """Continues the wandb run the resumed launch logged to (see [resuming](resuming.md#wandbsink))."""
+        await super().resume(point, state)
+        number_on(self._index, state)
 
     def write_blocking(self, records: Sequence[Record]) -> None:
         run = self.run
@@ -113,7 +157,25 @@ class WandbSink(ThreadedAlertSink):
             index[name] = n + 1
             data: dict[str, Any] = dict(r.metrics)
             data[axis] = n if r.step is None else r.step
+            if r.distributions:
+                data.update(self._histograms(r.distributions))
             run.log(data)
+
+    def _histograms(self, distributions: Mapping[str, Summary]) -> dict[str, Any]:
+        """A ``wandb.Histogram`` per distribution that holds values, its buckets as they are (512 at most)."""
+        import wandb
+
+        out = {}
+        for key, summary in distributions.items():
+            if summary.count:
+                edges, counts = summary.histogram()
+                while len(counts) > _MAX_BINS:  # explicit bounds past wandb's limit: neighbours joined
+                    edges, counts = edges[::2] + ([edges[-1]] if len(edges) % 2 == 0 else []), [
+                        sum(counts[i:i + 2]) for i in range(0, len(counts), 2)
+                    ]
+                shape: Any = (counts, edges)  # wandb takes lists as well as numpy arrays
+                out[key] = wandb.Histogram(np_histogram=shape)
+        return out
 
     def alert_blocking(self, event: AlertEvent) -> None:
         """Sends ``event`` to the run as a wandb alert (see [Alerts](alerts.md#wandbsink))."""

@@ -8,7 +8,8 @@ smoke run under a minute). Scenarios, one module each:
 - ``bench_cadence``: cadence beside a slow sink, a hung target, slow I/O targets;
 - ``bench_trainer``: a CPU-bound trainer's speed with the monitor in the background;
 - ``bench_scale``: 10,000 targets at 1 Hz on one loop;
-- ``bench_memory``: memory while a sink is stalled.
+- ``bench_memory``: memory while a sink is stalled;
+- ``bench_distributions``: values that are many numbers, summarised at the poll and the push.
 
 ``python -m benchmarks --write`` records the run in ``benchmarks/RESULTS.md``;
 ``--against DIR`` compares another checkout with this one by turns. Probes

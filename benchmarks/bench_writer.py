@@ -1,6 +1,6 @@
 """Scenarios: the SummaryWriter drop-in against torch's and tensorboardX's writers.
 
-16. ``SummaryWriter.add_scalar("charts/episodic_return", value, step)`` on the
+17. ``SummaryWriter.add_scalar("charts/episodic_return", value, step)`` on the
 caller's thread: ours (event files in a temporary folder), torch's
 ``torch.utils.tensorboard.SummaryWriter`` and ``tensorboardX.SummaryWriter``,
 in the same run, each timed over bursts of calls with a short sleep between
@@ -8,7 +8,7 @@ bursts (a training step), as scenario 13 times ``log()``; the figure is the
 median over the bursts. After the run every value we were given must be in
 the event file, read back with TensorBoard's EventAccumulator.
 
-17. CleanRL's ``ppo.py`` (``examples/cleanrl_ppo.py``) on CartPole-v1 as its
+18. CleanRL's ``ppo.py`` (``examples/cleanrl_ppo.py``) on CartPole-v1 as its
 users run it, ``python ppo.py --total-timesteps N``, with torch's writer, with
 ours writing only the TensorBoard files (the import changed), and with ours
 writing TensorBoard + CSV with ``Alert.defaults()``. Each is a fresh process
@@ -36,8 +36,8 @@ from .bench_push import _per_call
 
 __all__ = ["run", "run_cleanrl"]
 
-SCENARIO = "16. SummaryWriter.add_scalar on the caller's thread"
-CLEANRL = "17. CleanRL ppo.py on CartPole-v1, wall time of the run"
+SCENARIO = "17. SummaryWriter.add_scalar on the caller's thread"
+CLEANRL = "18. CleanRL ppo.py on CartPole-v1, wall time of the run"
 TAG = "charts/episodic_return"
 
 WITH_SINKS = '''\

@@ -81,6 +81,12 @@ SCENARIOS: dict[str, Scenario] = {
     "push_rate": Scenario(
         "bench_push", "run_rate", {}, {"rates": (10_000, 100_000), "seconds": 0.3, "goal_seconds": 0.5}
     ),
+    "resume_state": Scenario("bench_resume", "run_state", {}, {"watches": 1000, "calls": 10}),
+    "resume_readers": Scenario("bench_resume", "run_readers", {}, {"records": 50_000, "repeat": 1}),
+    "distributions": Scenario(
+        "bench_distributions", "run", {},
+        {"rounds": 3, "calls": 50, "pushes": 1000, "warmup": 0.5, "seconds": 1.5},
+    ),
     "alerts": Scenario(
         "bench_alerts", "run", {},
         {"trials": 20, "intervals": 200, "targets": 2000, "warmup": 1.0, "seconds": 2.0, "rounds": 1},

@@ -3,6 +3,7 @@
 Public API::
 
     from monitor_async import Monitor, SyncMonitor, LoggerMonitor, Every, Record
+    from monitor_async import Distribution, Summary                     # values that are many numbers
     from monitor_async import Alert, AlertEvent                         # alert rules and their events
     from monitor_async import Sink, BaseSink, ThreadedSink, LoggerSink   # for sink authors
     from monitor_async import MonitorError                              # and its subclasses
@@ -13,6 +14,7 @@ re-exports; each concept lives in a private module of its own.
 """
 
 from ._core.alerts import Alert, AlertEvent
+from ._core.distribution import Distribution, Summary
 from ._core.exceptions import (
     ConfigError,
     DeliveryError,
@@ -43,6 +45,7 @@ __all__ = [
     "BaseSink",
     "ConfigError",
     "DeliveryError",
+    "Distribution",
     "Every",
     "LoggerMonitor",
     "LoggerSink",
@@ -61,6 +64,7 @@ __all__ = [
     "SinkTypeError",
     "StatsCycleError",
     "StatsTypeError",
+    "Summary",
     "SyncMonitor",
     "ThreadedSink",
     "WatchTypeError",

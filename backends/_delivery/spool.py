@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from monitor_async._core import ConfigError, Record
+from monitor_async._core.formats import distribution_json, parse_distribution
 
 try:
     import fcntl
@@ -36,6 +37,7 @@ log = logging.getLogger("monitor_async")
 
 _FILE = re.compile(r"^(\d{12})-(\d+)\.batch$")
 _FIELDS = tuple(f.name for f in fields(Record))
+_DISTRIBUTIONS = "distributions"
 _CACHE_BYTES = 4 << 20
 """Batches whose records stay in memory as well (the newest first fill it); the others are read back."""
 
@@ -62,10 +64,30 @@ class Batch:
 def _encode(destination: str | None, records: Sequence[Record]) -> bytes:
     body = {
         "destination": destination,
-        "records": [{name: getattr(r, name) for name in _FIELDS} for r in records],
+        "records": [_fields(r) for r in records],
     }
     # Record.source is a read-only mapping: spooled as a plain object, made a Source again on replay
     return json.dumps(body, separators=(",", ":"), default=dict).encode()
+
+
+def _fields(record: Record) -> dict[str, Any]:
+    """``record`` as JSON can hold it; its distributions in the JSONL line's format (``distribution_json``)."""
+    out = {name: getattr(record, name) for name in _FIELDS}
+    if record.distributions:
+        out[_DISTRIBUTIONS] = {key: distribution_json(s) for key, s in record.distributions.items()}
+    else:
+        del out[_DISTRIBUTIONS]
+    return out
+
+
+def _record(item: dict[str, Any]) -> Record:
+    """The record `_fields` wrote; a distribution that does not read back is left out."""
+    given = {k: v for k, v in item.items() if k in _FIELDS}
+    shapes = given.pop(_DISTRIBUTIONS, None)
+    if isinstance(shapes, dict):
+        parsed = {key: parse_distribution(shape) for key, shape in shapes.items()}
+        given[_DISTRIBUTIONS] = {key: s for key, s in parsed.items() if s is not None}
+    return Record(**given)
 
 
 class Spool:
@@ -232,7 +254,7 @@ class Spool:
         if batch.records is not None:
             return batch.destination, batch.records
         body = json.loads(self._file(batch).read_bytes())
-        records = [Record(**{k: v for k, v in item.items() if k in _FIELDS}) for item in body["records"]]
+        records = [_record(item) for item in body["records"]]
         return body.get("destination"), records
 
     def remove(self, batch: Batch) -> None:

@@ -36,6 +36,14 @@ def _metric_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _launches_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--launches", choices=("run", "all"), default="run",
+        help="run (default): a launch resumed from a checkpoint continues the launch it resumes, whose records "
+        "after the checkpoint are left out (superseded); all: every record, each launch apart",
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="monitor-async",
@@ -72,6 +80,7 @@ def _run_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser])
     )
     show.add_argument("run", metavar="RUN", help=RUN_HELP)
     _metric_option(show)
+    _launches_option(show)
 
     plot = commands.add_parser(
         "plot", help="draw a run into a PNG, one panel per metric (needs matplotlib)",
@@ -82,6 +91,7 @@ def _run_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser])
     plot.add_argument("run", metavar="RUN", help=RUN_HELP)
     plot.add_argument("-o", "--output", metavar="FILE.png", help="the PNG to write (default: RUN/plot.png)")
     _metric_option(plot)
+    _launches_option(plot)
     plot.add_argument("--all", action="store_true",
                       help="also draw metrics that never changed and the monitor's own counters")
     plot.add_argument("--monitor", action="store_true",
@@ -108,6 +118,7 @@ def _run_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser])
     export.add_argument("run", metavar="RUN", help=RUN_HELP)
     export.add_argument("--wide", required=True, metavar="OUT.csv", help="the CSV file to write ('-': stdout)")
     _metric_option(export)
+    _launches_option(export)
 
     alerts = commands.add_parser(
         "alerts", help="list a run's alert events: firing, resolved, and how long each fired",
@@ -140,7 +151,7 @@ def _load(args: argparse.Namespace) -> Run | None:
     """The run ``args.run`` names, its metrics picked by ``--metric``; None (said on stderr) when none matches."""
     from .runs import load_run
 
-    run = load_run(args.run)
+    run = load_run(args.run).with_launches(getattr(args, "launches", "run"))
     if getattr(args, "metric", None):
         selected = run.select(_keep(args.metric))
         if next(run.iter_records(), None) is not None and next(selected.iter_records(), None) is None:

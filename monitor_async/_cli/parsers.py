@@ -29,7 +29,9 @@ from .._core.formats import (
     JSONL_STEP,
     JSONL_TIME,
     LAUNCH,
+    LAUNCH_PID,
     csv_launch,
+    csv_launch_more,
     finite,
     jsonl_launch,
     parse_source,
@@ -159,10 +161,11 @@ class CsvParser(Parser):
         self._row = ""
         self._held: list[list[str]] = []
         self._header_seen = False
+        self._mark: dict[str, Any] | None = None  # the info of the launch mark just read: its rows may go on
 
     def reset(self) -> None:
         super().reset()
-        self._row, self._held, self._header_seen = "", [], False
+        self._row, self._held, self._header_seen, self._mark = "", [], False, None
 
     def end(self) -> list[Entry]:
         if self._may_continue():
@@ -196,13 +199,19 @@ class CsvParser(Parser):
             if self._held and (fields[:3] != self._held[0][:3] or fields[5:6] != self._held[0][5:6]):
                 out += [(self.launch, r) for r in self._release()]
             if len(fields) >= 2 and fields[1] == LAUNCH:
+                if len(fields) > 3 and fields[3] != LAUNCH_PID:  # more of the mark before it (a resumed launch's)
+                    if self._mark is None or not csv_launch_more(self._mark, fields):
+                        self.skipped += 1
+                    continue
                 info = csv_launch(fields)
                 if info is None:
                     self.skipped += 1
                 else:
                     self.launch += 1
+                    self._mark = info
                     out.append((self.launch, Launch(info["time"], self.path, info)))
                 continue
+            self._mark = None
             self._held.append(fields)
         return out
 

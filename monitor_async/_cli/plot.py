@@ -10,6 +10,7 @@ import bisect
 import itertools
 import math
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,10 +54,16 @@ class Panel:
     launches: list[int] = field(default_factory=list)
     stride: int = 1
     seen: int = 0
+    low: list[float] | None = None
+    high: list[float] | None = None
+    band: str = ""
+    """A distribution's panel: ``y`` its median, ``low``/``high`` the band drawn around it, ``band`` what they are."""
 
     @property
     def title(self) -> str:
-        """The metric's name as shown (a rate ``x_per_second`` as ``x/s``)."""
+        """The metric's name as shown (a rate ``x_per_second`` as ``x/s``; a distribution with its band)."""
+        if self.band:
+            return f"{self.metric} ({self.band})"
         return self.metric[: -len(RATE)] + "/s" if self.metric.endswith(RATE) else self.metric
 
     @property
@@ -172,11 +179,56 @@ def _panels(run: Run, *, constant: bool, monitor: bool) -> tuple[tuple[list[Pane
     out: list[Panel] = []
     flat: list[Panel] = []
     for group in series.values():
-        for panel in group.values():
+        for panel in _bands(group).values():
             (out if constant or len(set(panel.y)) > 1 else flat).append(panel)
     if not out:
         return (flat, []), alerts, len(mine)
     return (out, [f"{p.watch}/{p.metric}={eng(p.y[0])}" for p in flat]), alerts, len(mine)
+
+
+_QUANTILE = re.compile(r"^(.+)/p(\d+(?:[._]\d+)?)$")
+
+
+def _bands(group: dict[str, Panel]) -> dict[str, Panel]:
+    """A watch's panels with each distribution's quantiles (``<key>/p10``, ``/p50``, ``/p90``...) made one panel.
+
+    Its line is the median (``p50``, else the middle quantile) and its band ``p10`` to ``p90``, else the
+    lowest and highest quantiles there are; the other summary keys (count, mean, min, max) keep their panels.
+    """
+    found: dict[str, dict[float, str]] = {}
+    for metric in group:
+        match = _QUANTILE.match(metric)
+        if match and f"{match.group(1)}/count" in group:
+            found.setdefault(match.group(1), {})[float(match.group(2).replace("_", "."))] = metric
+    if not found:
+        return group
+    out: dict[str, Panel] = {}
+    folded = {metric for quantiles in found.values() for metric in quantiles.values()}
+    for metric, panel in group.items():
+        if metric not in folded:
+            out[metric] = panel
+            continue
+        base = _QUANTILE.match(metric).group(1)  # type: ignore[union-attr]
+        if base in out:
+            continue
+        quantiles = found[base]
+        ordered = sorted(quantiles)
+        middle = 50.0 if 50.0 in quantiles else ordered[len(ordered) // 2]
+        low = 10.0 if 10.0 in quantiles and 90.0 in quantiles else ordered[0]
+        high = 90.0 if low == 10.0 else ordered[-1]
+        median = group[quantiles[middle]]
+        band = Panel(median.watch, base, median.x, median.y, median.by_step, median.times, median.breaks,
+                     median.launches, median.stride, median.seen)
+        band.band = f"p{middle:g}" + (f", band p{low:g} to p{high:g}" if low != high else "")
+        band.low, band.high = _aligned(median, group[quantiles[low]]), _aligned(median, group[quantiles[high]])
+        out[base] = band
+    return out
+
+
+def _aligned(median: Panel, other: Panel) -> list[float]:
+    """``other``'s values at ``median``'s x (the median's own where ``other`` has none)."""
+    at = dict(zip(other.x, other.y, strict=False))
+    return [at.get(x, y) for x, y in zip(median.x, median.y, strict=True)]
 
 
 def _short(text: str, chars: int) -> str:
@@ -191,6 +243,9 @@ def _draw(ax: Any, panel: Panel, label: str, ticker: Any, alerts: Sequence[tuple
         (line,) = ax.plot(panel.x[begin:end], panel.y[begin:end], marker=marker, markersize=4, linewidth=1.2,
                           color=color)
         color = line.get_color()
+        if panel.low is not None and panel.high is not None:  # a distribution: its band around the median
+            ax.fill_between(panel.x[begin:end], panel.low[begin:end], panel.high[begin:end], color=color,
+                            alpha=0.25, linewidth=0)
     for at in panel.breaks:
         ax.axvline(panel.x[at], color="0.4", linestyle="--", linewidth=0.8)  # a new launch began here
     for begin_t, end_t in alerts:

@@ -18,10 +18,15 @@ from .._core.record import Record
 from .discover import RunUnreadableError, find_run_files
 from .follow import Follower, RunFollower
 from .parsers import Entry, Item, Launch
+from .resumes import Resume, find_resumes
 
 __all__ = [
-    "Entry", "Follower", "Item", "Launch", "Run", "RunFollower", "RunUnreadableError", "find_run_files", "load_run",
+    "LAUNCHES", "Entry", "Follower", "Item", "Launch", "Resume", "Run", "RunFollower", "RunUnreadableError",
+    "find_run_files", "load_run",
 ]
+
+LAUNCHES = ("run", "all")
+"""How a reader takes resumed launches: ``run`` (one run: superseded records left out) or ``all`` (every record)."""
 
 TIMED = ("jsonl", "csv", "tensorboard")
 """The formats whose records carry a wall time."""
@@ -36,6 +41,8 @@ class Run:
         files: the files to read.
         records: the records, when they are given rather than read (for programs and tests).
         skipped: whole lines that were not records (grows as the files are read).
+        launches: ``"run"`` (default): a resumed launch continues the launch it resumes, whose
+            records after the checkpoint are left out; ``"all"``: every record, each launch apart.
 
     Examples:
         >>> run = Run(Path("r"), "jsonl", [], [Record("rb", 1, 0.0, {"rb/size": 3.0})])
@@ -45,12 +52,15 @@ class Run:
 
     def __init__(
         self, path: Path, kind: str, files: list[Path], records: list[Record] | None = None, skipped: int = 0,
-        keep: Callable[[str, str], bool] | None = None,
+        keep: Callable[[str, str], bool] | None = None, launches: str = "run",
     ) -> None:
         self.path, self.kind, self.files, self._skipped = path, kind, files, skipped
         self._records = records
         self._read = records is not None
         self._keep = keep
+        self.launches = launches
+        self.resumes: list[Resume] = []
+        """The resumed launches found by the last read, with the records each superseded (``launches="run"``)."""
 
     @property
     def skipped(self) -> int:
@@ -68,24 +78,39 @@ class Run:
     def entries(self) -> Iterator[Entry]:
         """Every ``(launch, item)`` of the run, in time order across files (file order within one).
 
-        Reading again reads the files again from their start; ``skipped`` counts the last read.
+        With ``launches="run"``, a resumed launch keeps the number of the launch
+        it resumes, and the records that launch logged after the checkpoint are
+        left out (counted in ``resumes``). Reading again reads the files again
+        from their start; ``skipped`` counts the last read.
         """
         keep = self._keep
+        resumes: list[Resume] = []
         if self._records is not None:
             source: Iterator[Entry] = ((1, r) for r in self._records)
         else:
             followers = [Follower(f, self.kind) for f in self.files]
             self._skipped, self._read = 0, True
+            if self.launches == "run":
+                resumes = find_resumes(self.kind, self.files)
+            marks = {(r.file, r.time) for r in resumes}
 
             def counted(follower: Follower) -> Iterator[Entry]:
+                resumed = 0  # the resumed launches of this file so far: they continue a launch, not begin one
                 try:
-                    yield from follower.entries()
+                    for launch, item in follower.entries():
+                        if marks and isinstance(item, Launch) and (item.file, item.time) in marks:
+                            resumed += 1
+                        yield launch - resumed, item
                 finally:
                     self._skipped += follower.skipped
                     follower.close()
 
             source = heapq.merge(*(counted(f) for f in followers), key=lambda entry: entry[1].time)
+        self.resumes = resumes
+        windows = [(r.began, r.by, r) for r in resumes]  # most records fall in one window at most
         for launch, item in source:
+            if windows and isinstance(item, Record) and self._superseded(item, windows):
+                continue
             if keep is not None and isinstance(item, Record):
                 metrics = {k: v for k, v in item.metrics.items() if keep(item.name, k)}
                 if not metrics:
@@ -93,6 +118,15 @@ class Run:
                 if len(metrics) != len(item.metrics):
                     item = Record(item.name, item.step, item.time, metrics, item.source)
             yield launch, item
+
+    @staticmethod
+    def _superseded(record: Record, windows: list[tuple[float, float, Resume]]) -> bool:
+        when = record.time
+        for began, by, resume in windows:
+            if began <= when < by and resume.covers(record):
+                resume.superseded += 1
+                return True
+        return False
 
     def follow(self) -> RunFollower:
         """Follows the run as its files grow (and new files of its format appear in its folder).
@@ -132,7 +166,11 @@ class Run:
         """
         before = self._keep
         both = keep if before is None else (lambda w, k: before(w, k) and keep(w, k))
-        return Run(self.path, self.kind, self.files, self._records, self._skipped, both)
+        return Run(self.path, self.kind, self.files, self._records, self._skipped, both, self.launches)
+
+    def with_launches(self, launches: str) -> Run:
+        """This run read with ``launches`` (``"run"`` or ``"all"``, see the class), as lazily."""
+        return Run(self.path, self.kind, self.files, self._records, self._skipped, self._keep, launches)
 
 
 def load_run(path: str | os.PathLike[str]) -> Run:

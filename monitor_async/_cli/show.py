@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,9 +13,9 @@ from .._core.formats import source_text
 from .._core.names import RATE, split_rates
 from .._core.record import Record
 from .._core.text import clock, count, eng
-from .runs import Launch, Run
+from .runs import Launch, Resume, Run
 
-__all__ = ["MONITOR", "Summary", "alert_line", "describe", "duration", "episodes"]
+__all__ = ["MONITOR", "Summary", "alert_line", "describe", "distributions", "duration", "episodes", "resumed_line"]
 
 
 def duration(seconds: float) -> str:
@@ -94,7 +95,8 @@ class Summary:
                 out.start = min(out.start, item.time)
                 out.end = max(out.end, item.time)
             elif isinstance(item, Launch):
-                out.launches.append(item)
+                if not any(r.file == item.file and r.time == item.time for r in run.resumes):
+                    out.launches.append(item)  # a resumed launch is said apart (see `resumed_line`)
             else:
                 out.alerts.append(item)
             out.files_launches = max(out.files_launches, launch)
@@ -111,11 +113,57 @@ MONITOR = "monitor"
 """The name of the watch of the monitor's own counters (``monitor.watch(monitor)``, as the demo does)."""
 
 
+_SUMMARY_FIELD = re.compile(r"^(.+)/(count|mean|min|max|nan_count|inf_count|p\d+(?:[._]\d+)?)$")
+
+
+def distributions(last: Mapping[str, float]) -> dict[str, dict[str, float]]:
+    """The distributions among a watch's latest values: ``{key: {"count": ..., "p50": ...}}``.
+
+    A key is one when ``<key>/count`` and at least one quantile ``<key>/pNN`` are there.
+
+    Examples:
+        >>> distributions({"lat/count": 9.0, "lat/p50": 0.2, "lat/p99": 0.9, "size": 3.0})
+        {'lat': {'count': 9.0, 'p50': 0.2, 'p99': 0.9}}
+    """
+    found: dict[str, dict[str, float]] = {}
+    for key, value in last.items():
+        match = _SUMMARY_FIELD.match(key)
+        if match:
+            found.setdefault(match.group(1), {})[match.group(2)] = value
+    return {
+        key: fields for key, fields in found.items()
+        if "count" in fields and any(f.startswith("p") for f in fields)
+    }
+
+
+def _quantile_order(field: str) -> float:
+    return float(field[1:].replace("_", "."))
+
+
+def _distribution_lines(found: dict[str, dict[str, float]]) -> list[str]:
+    """The latest summary of each distribution: count, mean, its quantiles (p50, p90, p99...), NaN and inf left out."""
+    quantiles = sorted({f for fields in found.values() for f in fields if f.startswith("p")}, key=_quantile_order)
+    heads = ["count", "mean", *quantiles]
+    width = min(max([len("distribution")] + [len(k) for k in found]), 48)
+    lines = [f"  {'distribution':<{width}}  " + "  ".join(f"{h:>9}" for h in heads)]
+    for key, fields in found.items():
+        text = key if len(key) <= width else key[: width - 1] + "…"
+        cells = [eng(fields[h]) if h in fields else "" for h in heads]
+        left_out = int(fields.get("nan_count", 0) + fields.get("inf_count", 0))
+        extra = f"  ({left_out} NaN/inf left out)" if left_out else ""
+        lines.append((f"  {text:<{width}}  " + "  ".join(f"{c:>9}" for c in cells)).rstrip() + extra)
+    return lines
+
+
 def _watch(w: WatchSummary, timed: bool) -> list[str]:
     name = w.name
     cut = len(name) + 1
     first = {(k[cut:] if k.startswith(name + "/") else k): v for k, v in w.first.items()}
     last = {(k[cut:] if k.startswith(name + "/") else k): v for k, v in w.last.items()}
+    found = distributions(last)
+    if found:  # their summaries get a table of their own, their latest values
+        summarised = {f"{key}/{f}" for key, fields in found.items() for f in fields}
+        last = {k: v for k, v in last.items() if k not in summarised}
     head = [count(w.records, "record")]
     if w.first_step is not None:
         head.append(f"step {w.first_step} → {w.last_step}")
@@ -129,6 +177,8 @@ def _watch(w: WatchSummary, timed: bool) -> list[str]:
     for metric, a, b, rate in rows:
         text = metric if len(metric) <= width else metric[: width - 1] + "…"
         lines.append(f"  {text:<{width}}  {a:>9}  {b:>9}  {rate:>10}".rstrip())
+    if found:
+        lines += _distribution_lines(found)
     return lines
 
 
@@ -167,6 +217,28 @@ def alert_line(firing: AlertEvent, resolved: AlertEvent | None) -> str:
         state = f"firing → resolved after {duration(resolved.time - firing.time)}"
     message = f" · {firing.message}" if firing.message else ""
     return f"{clock(firing.time)}  {firing.severity:<8}  {firing.rule} ({where}) · {state}{message}"
+
+
+def resumed_line(resume: Resume) -> str:
+    """What ``show`` says of a resumed launch: which launch it resumed, from where, and what it superseded.
+
+    Examples:
+        >>> from pathlib import Path
+        >>> r = Resume(Path("m.jsonl"), 100.0, 9, 0.0, 7, 50.0, 99.0, {"train": (300, 49.0)}, 42)
+        >>> resumed_line(r)[:9], resumed_line(r)[18:]
+        ('resumed: ', 'launch of pid 9 resumed the launch of pid 7 from its checkpoint at train step 300; 42 records it logged after the checkpoint are superseded (--launches all shows them)')
+    """
+    stepped = [f"{name} step {step}" for name, (step, _) in resume.watches.items() if step is not None]
+    where = ", ".join(stepped[:3]) + (f" and {len(stepped) - 3} more" if len(stepped) > 3 else "")
+    if not where:
+        where = clock(resume.at)
+    pid = "" if resume.pid is None else f" of pid {resume.pid}"
+    old = "" if resume.resumed_pid is None else f" of pid {resume.resumed_pid}"
+    return (
+        f"resumed: {clock(resume.by)} launch{pid} resumed the launch{old} from its checkpoint at {where}; "
+        f"{count(resume.superseded, 'record')} it logged after the checkpoint are superseded "
+        "(--launches all shows them)"
+    )
 
 
 def describe(run: Run) -> list[str]:
@@ -209,6 +281,9 @@ def describe(run: Run) -> list[str]:
             for launch in summary.launches[:5]
         )
         lines.append(f"{summary.files_launches} launches appended to the same file: later ones began at {marks}")
+    lines += [resumed_line(resume) for resume in run.resumes[:5]]
+    if len(run.resumes) > 5:
+        lines.append(f"and {count(len(run.resumes) - 5, 'more resumed launch')}")
     for firing, resolved in episodes(summary.alerts):
         lines.append("alert " + alert_line(firing, resolved))
     for w in summary.watches.values():

@@ -12,7 +12,7 @@ from typing import Any, TypeVar, overload
 
 from .exceptions import ConfigError
 
-__all__ = ["choice", "number", "refuse"]
+__all__ = ["choice", "fractions", "number", "refuse"]
 
 T = TypeVar("T")
 
@@ -108,3 +108,26 @@ def choice(owner: str, option: str, value: T, allowed: Collection[Any]) -> T:
         text = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
         raise refuse(owner, option, text, value)
     return value
+
+
+def fractions(owner: str, option: str, value: Any, *, none: bool = False) -> tuple[float, ...] | None:
+    """``value`` as a sorted tuple of distinct numbers in ``[0, 1]`` (quantiles), else a [ConfigError][monitor_async.ConfigError].
+
+    Examples:
+        >>> fractions("Monitor", "quantiles", [0.9, 0.5])
+        (0.5, 0.9)
+        >>> fractions("watch 'server'", "quantiles", [50, 90])
+        Traceback (most recent call last):
+        ...
+        monitor_async.ConfigError: watch 'server': quantiles must be a non-empty list of numbers >= 0 and <= 1, got [50, 90]
+    """
+    if value is None and none:
+        return None
+    allowed = "a non-empty list of numbers >= 0 and <= 1" + (" or None" if none else "")
+    if not isinstance(value, (list, tuple)) or not value:
+        raise refuse(owner, option, allowed, value)
+    for q in value:
+        ok = not isinstance(q, bool) and isinstance(q, (int, float)) and math.isfinite(q) and 0.0 <= q <= 1.0
+        if not ok:
+            raise refuse(owner, option, allowed, value)
+    return tuple(sorted({float(q) for q in value}))

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["EMPTY_SOURCE", "Record", "Source", "new_record"]
+if TYPE_CHECKING:
+    from .distribution import Summary
+
+__all__ = ["EMPTY_SOURCE", "NO_DISTRIBUTIONS", "Record", "Source", "new_record"]
 
 
 class Source(Mapping[str, Any]):
@@ -72,6 +76,9 @@ class Source(Mapping[str, Any]):
 EMPTY_SOURCE = Source()
 """The source of a record from a plain single process."""
 
+NO_DISTRIBUTIONS: Mapping[str, Summary] = MappingProxyType({})
+"""The distributions of a record that has none (most records)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Record:
@@ -85,6 +92,8 @@ class Record:
         metrics: flat ``{"<name>/<metric>": float}``, rates included.
         source: where it came from ([Source][monitor_async.distributed.Source]);
             a plain mapping given here is made read-only.
+        distributions: ``{"<name>/<key>": Summary}`` for the values that were many numbers; their
+            scalar summary (``<name>/<key>/p50``...) is in ``metrics`` too.
 
     Examples:
         >>> r = Record(name="rb", step=3, time=0.0, metrics={"rb/size": 3.0})
@@ -99,10 +108,16 @@ class Record:
     time: float
     metrics: dict[str, float]
     source: Mapping[str, Any] = field(default=EMPTY_SOURCE)
+    distributions: Mapping[str, Summary] = field(default_factory=lambda: NO_DISTRIBUTIONS)  # one shared empty mapping
 
     def __post_init__(self) -> None:
         if type(self.source) is not Source:
             object.__setattr__(self, "source", Source(self.source) if self.source else EMPTY_SOURCE)
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # the shared empty distributions are a read-only proxy, which pickle refuses: a plain dict travels
+        dists = self.distributions
+        return _rebuilt, (self.name, self.step, self.time, self.metrics, self.source, dict(dists) if dists else None)
 
     def with_source(self, more: Mapping[str, Any]) -> Record:
         """This record with ``more`` added to its source (``more`` wins), sharing this one's metrics dict.
@@ -113,17 +128,26 @@ class Record:
         """
         source = self.source
         merged = source.merge(more) if isinstance(source, Source) else Source({**source, **more})
-        return new_record(self.name, self.step, self.time, self.metrics, merged)
+        return new_record(self.name, self.step, self.time, self.metrics, merged, self.distributions)
 
 
 _new = object.__new__
-_set_name, _set_step, _set_time, _set_metrics, _set_source = (
-    Record.__dict__[field].__set__ for field in ("name", "step", "time", "metrics", "source")
+_set_name, _set_step, _set_time, _set_metrics, _set_source, _set_distributions = (
+    Record.__dict__[field].__set__ for field in ("name", "step", "time", "metrics", "source", "distributions")
 )
 
 
+def _rebuilt(
+    name: str, step: int | None, time: float, metrics: dict[str, float], source: Source,
+    distributions: dict[str, Summary] | None,
+) -> Record:
+    """A pickled `Record` again (see ``Record.__reduce__``)."""
+    return new_record(name, step, time, metrics, source, distributions or NO_DISTRIBUTIONS)
+
+
 def new_record(
-    name: str, step: int | None, time: float, metrics: dict[str, float], source: Source = EMPTY_SOURCE
+    name: str, step: int | None, time: float, metrics: dict[str, float], source: Source = EMPTY_SOURCE,
+    distributions: Mapping[str, Summary] = NO_DISTRIBUTIONS,
 ) -> Record:
     """``Record(name, step, time, metrics, source)`` for the poll path, filling the slots directly.
 
@@ -141,4 +165,5 @@ def new_record(
     _set_time(record, time)
     _set_metrics(record, metrics)
     _set_source(record, source)
+    _set_distributions(record, distributions)
     return record

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
@@ -20,6 +20,7 @@ from .alerts import AlertEvent
 from .exceptions import SinkClosedError
 from .names import sink_label
 from .record import Record
+from .resume import ResumePoint
 from .threads import WorkerPool
 
 __all__ = ["BaseSink", "Sink", "ThreadedAlertSink", "ThreadedSink", "WorkerSink"]
@@ -34,8 +35,11 @@ class Sink(Protocol):
 
     Optional: ``async def write_batches(batches)`` (several batches in one
     call), ``counters()`` (figures reported as ``sink/<label>/<key>``; must not
-    block) and ``async def alert(event)`` (every [`AlertEvent`][monitor_async.AlertEvent],
-    through a bounded queue of its own). See [sinks](sinks.md) and [alerts](alerts.md).
+    block), ``async def alert(event)`` (every [`AlertEvent`][monitor_async.AlertEvent],
+    through a bounded queue of its own), and ``resume_state()`` with
+    ``async def resume(point, state)`` (what it needs to continue a run after a
+    restart, see [BaseSink][monitor_async.BaseSink] and [resuming](resuming.md)).
+    See [sinks](sinks.md) and [alerts](alerts.md).
     """
 
     async def write(self, records: Sequence[Record]) -> None: ...
@@ -53,6 +57,10 @@ class BaseSink:
     """
 
     name: str | None = None
+    resuming: ResumePoint | None = None
+    """The launch this sink continues (set by `resume`), read when it opens; ``None``: a launch of its own."""
+    resumed: dict[str, Any] | None = None
+    """What this sink saved in the state it resumes from (its `resume_state()` then), or ``None``."""
 
     _opened = False
     _closed = False
@@ -97,6 +105,29 @@ class BaseSink:
         self._closed = True
         if self._opened:
             await self._close()
+
+    def resume_state(self) -> dict[str, Any] | None:
+        """What this sink needs to continue its run after a restart (plain values), saved by ``Monitor.state_dict()``.
+
+        ``None`` (the default): nothing. Called on the monitor's loop; must not block.
+        """
+        return None
+
+    async def resume(self, point: ResumePoint, state: Mapping[str, Any] | None) -> None:
+        """Continues the launch ``point`` names, from ``state`` (what `resume_state` saved then, or ``None``).
+
+        Called by a monitor given ``load_state_dict()`` before it first writes.
+        Stores both (`resuming`, `resumed`); a sink reads them when it opens.
+        A sink open already gets ``_resume_open()`` at once.
+        """
+        self.resuming = point
+        self.resumed = dict(state) if state is not None else None
+        if self._opened and not self._closed:
+            await self._resume_open()
+
+    async def _resume_open(self) -> None:
+        """`resume` reached a sink open already (a no-op unless a subclass says what then)."""
+        return None
 
     async def __aenter__(self: S) -> S:
         await self.open()

@@ -1,6 +1,7 @@
 """Turning a ``stats()`` result into flat ``{key: float}`` values: the per-value hot path.
 
 One pass flattens nested mappings with ``/``, coerces scalars to ``float``,
+summarises values that are many numbers ([distributions](distributions.md)),
 leaves out what is not a finite number and namespaces each key (cached).
 One bad key or value costs only itself
 ([the guarantee](guarantees.md#one-bad-key-or-value-costs-only-itself-test_bad_keyspy));
@@ -10,16 +11,18 @@ a cycle or nesting deeper than ``MAX_DEPTH`` fails the poll with
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Mapping
 from itertools import islice
 from typing import Any
 
+from .distribution import DEFAULT_QUANTILES, Distribution, Summary, summarize
 from .exceptions import StatsCycleError, StatsTypeError
 from .policy import describe, log
 
 __all__ = [
-    "MAX_DEPTH", "Flattened", "KeyCache", "as_mapping", "flatten", "flatten_copy", "nonfinite_values", "read",
-    "read_plain", "read_value",
+    "MAX_DEPTH", "Flattened", "KeyCache", "OnDevice", "as_mapping", "flatten", "flatten_copy", "is_many",
+    "nonfinite_values", "read", "read_plain", "read_value", "summary_of",
 ]
 
 MAX_DEPTH = 64
@@ -28,6 +31,13 @@ MAX_DEPTH = 64
 
 class _TooDeep(Exception):
     """Internal: nesting went past ``MAX_DEPTH``; ``flatten`` tells a cycle from a deep tree."""
+
+
+class OnDevice(Exception):
+    """A tensor on a device (a GPU) was met on the event loop: its copy to the host must wait on a worker thread.
+
+    The poller and the pushes then read that snapshot or push again on a worker thread of the monitor.
+    """
 
 
 class _Collided(Exception):
@@ -43,14 +53,18 @@ class KeyCache:
     checked before it is written.
     """
 
-    __slots__ = ("added", "bound", "careful", "names", "prefix")
+    __slots__ = ("added", "bound", "careful", "names", "prefix", "quantiles", "warned_many")
 
-    def __init__(self, prefix: str, bound: int) -> None:
+    def __init__(self, prefix: str, bound: int, quantiles: tuple[float, ...] | None = DEFAULT_QUANTILES) -> None:
         self.prefix = prefix
         self.bound = bound
         self.names: dict[Any, str] = {}
         self.added = 0
         self.careful = False
+        # the default's own tuple when equal: summarize() then skips checking them again
+        self.quantiles = DEFAULT_QUANTILES if quantiles == DEFAULT_QUANTILES else quantiles
+        """The quantiles of a distribution's summary; ``None``: values that are many numbers are left out (TorchRL's way)."""
+        self.warned_many = False
 
     def of(self, key: Any) -> str | None:
         """The namespaced name of ``key`` (a non-str key is first made a str); ``None`` when ``str(key)`` raises."""
@@ -84,20 +98,35 @@ class KeyCache:
             self.prefix[:-1], name,
         )
 
+    def bad_many(self, name: str, exc: BaseException) -> None:
+        """A value of many numbers could not be summarised: warned the first time, per watch."""
+        if self.warned_many:
+            return
+        self.warned_many = True
+        log.warning(
+            "stats() or log() of %r gave a value of many numbers for %r that is not a flat sequence of numbers "
+            "(%s); that key is left out and counted in monitor.stats()['values_dropped'] (reported once per name)",
+            self.prefix[:-1], name, describe(exc),
+        )
+
 
 class Flattened:
     """A ``stats()`` result already flattened off the loop (on a worker thread).
 
-    ``read`` hands its ``metrics`` and ``dropped`` back as they are.
+    ``read`` hands its ``metrics``, ``dropped`` and ``distributions`` back as they are.
     """
 
-    __slots__ = ("dropped", "metrics", "raw")
+    __slots__ = ("distributions", "dropped", "metrics", "raw")
 
-    def __init__(self, metrics: dict[str, float], dropped: int, raw: object = None) -> None:
+    def __init__(
+        self, metrics: dict[str, float], dropped: int, raw: object = None, distributions: dict[str, Summary] | None = None,
+    ) -> None:
         self.metrics = metrics
         self.dropped = dropped
         self.raw = raw
         """The result as ``stats()`` gave it, kept only when values were left out (see `nonfinite_values`)."""
+        self.distributions = distributions
+        """The summaries of its values of many numbers, if any."""
 
 
 def as_mapping(raw: object, watch: str) -> tuple[dict[Any, Any], int]:
@@ -143,32 +172,44 @@ def _copy(raw: Mapping[Any, Any], errors: list[Exception] | None = None) -> tupl
     return out, failed
 
 
-def flatten_copy(raw: dict[Any, Any], out: dict[str, float], limit: int, keys: KeyCache) -> int:
+def flatten_copy(
+    raw: dict[Any, Any], out: dict[str, float], limit: int, keys: KeyCache, dists: dict[str, Summary] | None = None,
+) -> int:
     """``flatten`` of a private copy of ``raw``, a dict the target may keep writing to from another thread.
 
     A copy taken while another thread writes can come out torn on CPython
     ("dictionary keys changed during iteration"); the read then starts again.
     """
     try:
-        return flatten(raw.copy(), out, limit, keys, raw)
+        return flatten(raw.copy(), out, limit, keys, raw, dists)
     except RuntimeError:
         out.clear()
-        return flatten(raw.copy(), out, limit, keys, raw)
+        if dists:
+            dists.clear()
+        return flatten(raw.copy(), out, limit, keys, raw, dists)
 
 
-def read(raw: object, limit: int, keys: KeyCache) -> tuple[dict[str, float], int]:
-    """The namespaced finite values of any ``stats()`` result (``Flattened``, dict or mapping), and how many were left out."""
+def read(
+    raw: object, limit: int, keys: KeyCache, dists: dict[str, Summary] | None = None,
+) -> tuple[dict[str, float], int]:
+    """The namespaced finite values of any ``stats()`` result (``Flattened``, dict or mapping), and how many were left out.
+
+    The summaries of values that are many numbers go into ``dists`` (their scalars into the values);
+    without ``dists`` such values are left out and counted.
+    """
     if type(raw) is Flattened:
+        if raw.distributions and dists is not None:
+            dists.update(raw.distributions)
         return raw.metrics, raw.dropped
     if type(raw) is dict:
         fast = None if keys.careful else read_plain(raw, keys, limit)
         if fast is not None:
             return fast, 0
         out: dict[str, float] = {}
-        return out, flatten_copy(raw, out, limit, keys)
+        return out, flatten_copy(raw, out, limit, keys, dists)
     out = {}
     copy, failed = as_mapping(raw, keys.prefix[:-1])
-    return out, flatten(copy, out, limit, keys, raw) + failed
+    return out, flatten(copy, out, limit, keys, raw, dists) + failed
 
 
 def read_plain(raw: dict[Any, Any], keys: KeyCache, limit: int) -> dict[str, float] | None:
@@ -265,31 +306,42 @@ def nonfinite_values(raw: object, prefix: str) -> dict[str, float]:
     return found
 
 
-def flatten(raw: Mapping[Any, Any], out: dict[str, float], limit: int, keys: KeyCache, origin: object = None) -> int:
+def flatten(
+    raw: Mapping[Any, Any], out: dict[str, float], limit: int, keys: KeyCache, origin: object = None,
+    dists: dict[str, Summary] | None = None,
+) -> int:
     """Puts the finite numeric values of ``raw`` into the empty ``out`` under namespaced keys; returns how many were left out.
 
     At most ``limit`` values, first in snapshot order. ``raw`` is never
     changed; ``origin`` is the mapping it was copied from, so holding it is a
-    cycle. Raises [StatsCycleError][monitor_async.StatsCycleError] for a cycle
-    or nesting deeper than ``MAX_DEPTH``.
+    cycle. A value of many numbers (`is_many`) is summarised into ``dists``
+    (``"<watch>/<key>"``) and its scalars (``"<watch>/<key>/p50"``...) put in
+    ``out``, when ``dists`` is given and ``keys.quantiles`` is set; else it is
+    left out. Raises [StatsCycleError][monitor_async.StatsCycleError] for a
+    cycle or nesting deeper than ``MAX_DEPTH``.
     """
+    if dists is not None and keys.quantiles is None:
+        dists = None
     try:
         if keys.careful or len(raw) > limit:
-            return _flatten(raw, out, limit, keys, "", 0, True) + _cut(out, limit)
+            return _flatten(raw, out, limit, keys, "", 0, True, dists) + _cut(out, limit)
         try:
-            dropped = _flatten(raw, out, limit, keys, "", 0, False)
+            dropped = _flatten(raw, out, limit, keys, "", 0, False, dists)
         except _Collided:
             # a name was written twice (1 and "1", or "a/b" after {"a": {"b": ...}}): the later value
             # replaced the first; again, on the path that checks each name and keeps the first
             out.clear()
-            dropped = _flatten(raw, out, limit, keys, "", 0, True)
+            if dists:
+                dists.clear()
+            dropped = _flatten(raw, out, limit, keys, "", 0, True, dists)
         return dropped + _cut(out, limit)
     except _TooDeep:
         raise _too_deep(raw, origin, keys) from None
 
 
 def _flatten(
-    raw: Mapping[Any, Any], out: dict[str, float], limit: int, keys: KeyCache, prefix: str, depth: int, check: bool
+    raw: Mapping[Any, Any], out: dict[str, float], limit: int, keys: KeyCache, prefix: str, depth: int, check: bool,
+    dists: dict[str, Summary] | None = None,
 ) -> int:
     """Walks ``raw`` into ``out`` (nested mappings under ``prefix``), each leaf read by `read_value`.
 
@@ -322,13 +374,19 @@ def _flatten(
                 dropped += 1
                 continue
         elif kind is not float:
-            number = None if kind is dict else read_value(value)
+            number = None if kind is dict else read_value(value)  # an array of many numbers: None
             if number is None:
                 if isinstance(value, Mapping):
                     before = len(out)
-                    nested = _nested(value, out, limit, keys, prefix + key + "/", depth, check)
+                    nested = _nested(value, out, limit, keys, prefix + key + "/", depth, check, dists)
                     dropped += nested
                     grown += len(out) - before - 1 + nested
+                elif dists is not None and is_many(value):
+                    written = _many(value, prefix + key, out, keys, dists, check)
+                    if written < 0:
+                        dropped += 1
+                    else:
+                        grown += written - 1
                 else:
                     dropped += 1
                 continue
@@ -352,19 +410,117 @@ def _flatten(
 
 def _nested(
     value: Mapping[Any, Any], out: dict[str, float], limit: int, keys: KeyCache, prefix: str, depth: int,
-    check: bool = False,
+    check: bool = False, dists: dict[str, Summary] | None = None,
 ) -> int:
     """Flattens the nested mapping ``value`` under ``prefix``; returns how many of its values were left out."""
     if depth >= MAX_DEPTH:
         raise _TooDeep
     # a private copy: the target may be writing to its nested dicts too
     if type(value) is dict:
-        return _flatten(value.copy(), out, limit, keys, prefix, depth + 1, check)
+        return _flatten(value.copy(), out, limit, keys, prefix, depth + 1, check, dists)
     try:
         nested, failed = _copy(value)
     except Exception:  # noqa: BLE001 - a nested mapping that cannot be read is left out, counted as one
         return 1
-    return failed + _flatten(nested, out, limit, keys, prefix, depth + 1, check)
+    return failed + _flatten(nested, out, limit, keys, prefix, depth + 1, check, dists)
+
+
+_SEQUENCES = (list, tuple)
+
+
+def is_many(value: object) -> bool:
+    """Whether ``value`` is a value of many numbers: a list, a tuple, a `Distribution`, a numpy array or
+    torch tensor of other than one element (one element is a scalar, as `read_value` reads it).
+
+    Examples:
+        >>> is_many([1.0, 2.0]), is_many((1,)), is_many("12"), is_many(3.0)
+        (True, True, False, False)
+    """
+    kind = type(value)
+    if kind is list or kind is tuple or kind is Distribution or kind is Summary:
+        return True
+    module = kind.__module__
+    if module == "numpy":
+        return getattr(value, "ndim", 0) > 0 and getattr(value, "size", 1) != 1
+    if module == "torch" or module.startswith("torch."):
+        numel = getattr(value, "numel", None)
+        try:
+            return callable(numel) and numel() != 1
+        except Exception:  # noqa: BLE001 - not a tensor after all
+            return False
+    return isinstance(value, (*_SEQUENCES, Distribution, Summary))
+
+
+def summary_of(value: Any, quantiles: tuple[float, ...]) -> Summary:
+    """The `Summary` of one value of many numbers (see `is_many`), a `Distribution`'s own options first.
+
+    A `Summary` is taken as it is (a merged one). A CPU tensor is read as a numpy view of its memory
+    (a copy only for a dtype numpy lacks, such as bfloat16); a tensor on another device is copied to
+    the host here, so this runs where that copy may wait (see [tensors](distributions.md#tensors)).
+    Raises ``TypeError`` or ``ValueError`` for ragged nesting or values that are not numbers.
+    """
+    if type(value) is Summary:
+        return value
+    return summarize(value, quantiles)
+
+
+def _off_host(value: Any) -> bool:
+    """Whether ``value`` is a torch tensor on a device other than the CPU."""
+    kind = type(value)
+    module = kind.__module__
+    if not (module == "torch" or module.startswith("torch.")):
+        return False
+    device = getattr(value, "device", None)
+    return device is not None and getattr(device, "type", "cpu") != "cpu"
+
+
+def _on_host(value: Any) -> Any:
+    """``value``, a tensor on a device copied to the host first: never on the event loop (`OnDevice` there)."""
+    inner = value.values if type(value) is Distribution else value
+    if not _off_host(inner):
+        return value
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # a worker thread: the copy may wait for the device here
+        host = inner.detach().cpu()
+        if type(value) is Distribution:
+            return Distribution(host, quantiles=value.quantiles, bounds=value.bounds)
+        return host
+    raise OnDevice
+
+
+def _many(
+    value: Any, key: str, out: dict[str, float], keys: KeyCache, dists: dict[str, Summary], check: bool,
+) -> int:
+    """Summarises ``value`` under ``key``: the summary into ``dists``, its scalars into ``out``.
+
+    Returns how many scalars were written, or -1 when the value is not a flat sequence of numbers
+    (warned once, counted by the caller) or its name is taken.
+    """
+    name = keys.names.get(key) or keys.of(key)
+    if name is None:
+        return -1
+    if check and name in dists:
+        keys.collided(name)
+        return -1
+    try:
+        value = _on_host(value)
+        summary = summary_of(value, keys.quantiles or DEFAULT_QUANTILES)
+    except (TypeError, ValueError, OverflowError) as exc:
+        keys.bad_many(name, exc)
+        return -1
+    dists[name] = summary
+    written = 0
+    for field, number in summary.scalars().items():
+        if number - number != 0.0:  # the mean, min and max of an empty one: no value
+            continue
+        scalar = f"{name}/{field}"
+        if check and scalar in out:
+            keys.collided(scalar)
+            continue
+        out[scalar] = number
+        written += 1
+    return written
 
 
 def _too_deep(raw: Mapping[Any, Any], origin: object, keys: KeyCache) -> StatsCycleError:

@@ -118,6 +118,11 @@ class InlineCaller(Caller):
         self._slow: deque[int] | None = None  # made at the first slow call: most targets never need it
 
     @property
+    def may_move(self) -> bool:
+        """Whether the calls may move to a worker thread (``offload="auto"``, a plain ``stats()``)."""
+        return self._auto
+
+    @property
     def fn(self) -> Callable[[], Any]:
         """What a ``ThreadCaller`` takes over on promotion: the call, and the owner's flattening after it."""
         func, obj = self._func, self._self

@@ -75,6 +75,10 @@ class Fanout:
         for put in self.puts:
             put(record)
         alerts = self.alerts
-        # the names no rule wants are skipped while their snapshot keeps its size (see `Engine.idle`)
-        if alerts.on and alerts.engine.idle.get(record.name) != len(record.metrics):
-            alerts.engine.observe(record)
+        if alerts.on:
+            engine = alerts.engine
+            if record.distributions:  # NaN or inf inside a distribution: the nonfinite rules
+                engine.many(record)
+            # the names no rule wants are skipped while their snapshot keeps its size (see `Engine.idle`)
+            if engine.idle.get(record.name) != len(record.metrics):
+                engine.observe(record)

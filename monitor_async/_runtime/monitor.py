@@ -6,15 +6,23 @@ Registering watches is `Registry`'s; where records go, `Fanout`'s and the channe
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
+import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
 from .._core.alerts import Alert, AlertEvent
+from .._core.checks import fractions
+from .._core.distribution import DEFAULT_QUANTILES
+from .._core.exceptions import ConfigError
+from .._core.formats import launch_info
 from .._core.guard import within_all
 from .._core.policy import ErrorPolicy, OnError, log
 from .._core.ranks import for_rank
+from .._core.resume import ResumePoint, build_state, read_state
 from .._core.schedule import Every
 from .._core.threads import WorkerPool
 from .._core.world import World, source_of
@@ -75,6 +83,11 @@ class Monitor:
         handle_signals: stop as ``stop()`` does when SIGTERM or SIGHUP ends the
             process, which then ends by that signal (default ``True``; see
             [ending by signal](guarantees.md#ending-by-signal-is-a-stop-test_signalspy)).
+        quantiles: the quantiles of every distribution's summary (default
+            ``(0.5, 0.9, 0.99)``: ``p50``, ``p90``, ``p99``); see [distributions](distributions.md).
+        distributions: summarise values that are many numbers (lists, arrays,
+            tensors) as distributions (default ``True``); ``False`` leaves them
+            out, counted in ``values_dropped``, as TorchRL does.
 
     Raises:
         ConfigError: an option is out of range (the message names it).
@@ -114,12 +127,17 @@ class Monitor:
         notify: Sequence[Callable[[AlertEvent], Any]] | Callable[[AlertEvent], Any] | None = None,
         notify_timeout: float = 10.0,
         handle_signals: bool = True,
+        quantiles: Sequence[float] = DEFAULT_QUANTILES,
+        distributions: bool = True,
     ) -> None:
         check_monitor(dict(
             on_error=on_error, poll_interval=poll_interval, stop_timeout=stop_timeout, notify_timeout=notify_timeout,
             poll_timeout=poll_timeout, batch_wait=batch_wait, queue_size=queue_size, max_batch=max_batch,
             thread_limit=thread_limit, max_values=max_values, world=world, alerts=alerts, handle_signals=handle_signals,
+            quantiles=quantiles, distributions=distributions,
         ))
+        # the quantiles of every distribution (None: values of many numbers are left out)
+        summarised = fractions("Monitor", "quantiles", quantiles) if distributions else None
         self.poll_interval = float(poll_interval)
         self.poll_timeout = poll_timeout
         self.stop_timeout = float(stop_timeout)
@@ -138,13 +156,16 @@ class Monitor:
         self._alerts = Engine(alerts or (), notifiers, float(notify_timeout), to_channels(self._channels), source)
         self._feed = AlertFeed(self._alerts)  # how the parts that feed the rules hold them
         fanout = Fanout(self._channels, self._counters, self._feed)
-        self._pushes = Pushes(queue_size, max_values, self._errors, fanout, source, alerts=self._feed)
+        self._pushes = Pushes(
+            queue_size, max_values, self._errors, fanout, source, alerts=self._feed, quantiles=summarised,
+            pool=self._worker_pool,
+        )
         self._poller = Poller(self._counters, fanout, self._errors, self._worker_pool, self._feed)
         self._lag = LoopLag(self._alerts)
         self._registry = Registry(
             poll_interval=self.poll_interval, poll_timeout=poll_timeout, max_values=max_values, world=self.world,
             source=source, alerts=self._alerts, pool=self._worker_pool, counters=self._counters,
-            added=self._added, removed=self._removed,
+            added=self._added, removed=self._removed, quantiles=summarised,
         )
         self._watches = self._registry.watches
         self._ticks: Ticks | None = None  # the running loop's timers
@@ -156,6 +177,10 @@ class Monitor:
         self._finals_taken = False  # a stop() under way took the final snapshots already
         self._retired: list[threading.Thread] = []
         """Idle worker threads let go at the last stop() (they end promptly; ``SyncMonitor.close()`` joins them)."""
+        info = launch_info()
+        self._launch = {"id": uuid.uuid4().hex[:16], "time": info["time"], "pid": info["pid"], "host": info["host"]}
+        self._began = False  # start(), step(), flush() or stop() ran: a state can no longer be loaded
+        self._resume: ResumePoint | None = None  # the state load_state_dict() was given, applied as polling begins
 
     def __reduce__(self) -> Any:
         raise TypeError(
@@ -209,6 +234,7 @@ class Monitor:
         timeout: float | None = None,
         offload: Offload = "auto",
         reduce: Reduce | Mapping[str, str | Sequence[str]] | None = None,
+        quantiles: Sequence[float] | None = None,
     ) -> str:
         """Registers ``target`` and returns its watch name; works before and while running.
 
@@ -240,6 +266,8 @@ class Monitor:
             reduce: ``{"loss": "mean", ...}`` or a [Reduce][monitor_async.distributed.Reduce]:
                 also log ``"<name>/all"`` reduced across ranks, or over a list of
                 targets ([reductions](distributed.md#reductions)).
+            quantiles: the quantiles of this watch's distributions (default: the
+                monitor's); see [distributions](distributions.md).
 
         Returns:
             The watch name.
@@ -263,7 +291,7 @@ class Monitor:
         spec = WatchSpec(
             schedule=schedule, step=step, stats_fn=stats_fn, stats_kwargs=stats_kwargs, rate_keys=rate_keys,
             log_on_start=log_on_start, log_on_close=log_on_close, poll_interval=poll_interval, timeout=timeout,
-            offload=offload,
+            offload=offload, quantiles=quantiles,
         )
         try:
             return self._registry.watch(target, name, spec, reduce)
@@ -403,6 +431,7 @@ class Monitor:
         logged, once every sink has written them. With ``on_error="raise"`` the
         first failure is raised after the others were polled and written.
         """
+        await self._begin()
         self._pushes.drain()
         if self._loop is None:
             self._alerts.resume()  # in manual mode, time runs between steps
@@ -417,6 +446,7 @@ class Monitor:
 
         A sink that does not write its queue in time is not flushed; its records stay queued, with a warning.
         """
+        await self._begin()
         await self._pushes.settle()
         await flush_all(self._channels, self.stop_timeout)
         self._raise_pending()
@@ -434,6 +464,7 @@ class Monitor:
                 return self
             await self.stop()  # a stop() cancelled half way: finish it, then start afresh
         self._raise_pending()
+        await self._begin()
         self._loop = asyncio.get_running_loop()
         if self._ticks is None or self._ticks.loop is not self._loop:
             self._ticks = Ticks(self._loop, self._poller)
@@ -476,6 +507,7 @@ class Monitor:
         """
         if self._loop is not None and loop_gone(self._loop):
             self._forget_loop()
+        await self._begin()
         async with self._stop_lock_here():
             if self._stopped:
                 if self._pushes.waiting:  # pushed after the last stop(): written all the same
@@ -596,6 +628,78 @@ class Monitor:
         error = self._errors.take()
         if error is not None:
             raise error
+
+    # ----------------------------------------------------------------- resuming
+    def state_dict(self) -> dict[str, Any]:
+        """What a restarted process needs to continue this run: a small plain dict to save in a checkpoint.
+
+        It holds the launch it is taken in, each watch's last step and time,
+        what each sink needs to reattach and the alert episodes firing now;
+        ``json`` and ``pickle`` take it. See [Resuming a run](resuming.md).
+        """
+        now = time.time()
+        offset = now - time.monotonic()  # a watch's last log time is monotonic
+        watches = {
+            name: (w.last_step if w.has_logged else None, None if w.last_log_time is None else w.last_log_time + offset)
+            for name, w in self._watches.items()
+        }
+        sinks: dict[str, dict[str, Any]] = {}
+        for channel in self._channels:
+            saver = getattr(channel.sink, "resume_state", None)
+            saved = saver() if callable(saver) else None
+            if saved:
+                sinks[channel.label] = saved
+        pushed = {name: point for name, point in self._pushes.points.items() if name not in self._watches}
+        return build_state(self._launch, now, watches, sinks, self._alerts.episodes(), pushed)
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continues the run ``state`` (from `state_dict`, in the process that was stopped) was taken in.
+
+        Call it before ``start()`` or the first ``step()``. Loading again before
+        then replaces the state loaded first. See [Resuming a run](resuming.md).
+
+        Raises:
+            ConfigError: polling began already, or ``state`` is not a state this
+                version reads (the message says what is wrong).
+        """
+        if self._began:
+            raise ConfigError(
+                "load_state_dict: this monitor began polling already (start(), step(), flush() or stop() ran); "
+                "load the state right after building the monitor, before it polls"
+            )
+        self._resume = dataclasses.replace(read_state(state), by={"id": self._launch["id"], "time": self._launch["time"]})
+
+    async def _begin(self) -> None:
+        """Polling begins: a state loaded is applied (the sinks told, the missing names warned of) once."""
+        if self._began:
+            return
+        self._began = True
+        point = self._resume
+        if point is None:
+            return
+        labels = {channel.label for channel in self._channels}
+        missing_watches = sorted(set(point.watches) - set(self._watches))
+        missing_sinks = sorted(set(point.sinks) - labels)
+        if missing_watches or missing_sinks:
+            parts = []
+            if missing_watches:
+                parts.append(f"watches {missing_watches[:10]}" + (" and more" if len(missing_watches) > 10 else ""))
+            if missing_sinks:
+                parts.append(f"sinks {missing_sinks}")
+            log.warning(
+                "load_state_dict: the state names %s that this monitor does not have; the rest resumes, "
+                "and the records those had logged after the checkpoint stay superseded",
+                " and ".join(parts),
+            )
+        for name, at in point.watches.items():
+            watch = self._watches.get(name)
+            if watch is not None:
+                watch.resumed_step = at.step
+        self._alerts.carry(point.alerts)
+        for channel in self._channels:
+            resume = getattr(channel.sink, "resume", None)
+            if callable(resume):
+                await resume(point, point.sinks.get(channel.label))
 
     # ----------------------------------------------------------------- self-stats
     def stats(self) -> dict[str, float]:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from .._core.alerts import Alert, AlertEvent
-from .._core.checks import choice, number, refuse
+from .._core.checks import choice, fractions, number, refuse
 from .._core.policy import ON_ERROR, OnError
 from .._core.schedule import Every
 from .._core.world import World
@@ -38,6 +38,8 @@ class MonitorOptions(TypedDict, total=False):
     notify: Sequence[Callable[[AlertEvent], Any]] | Callable[[AlertEvent], Any] | None
     notify_timeout: float
     handle_signals: bool
+    quantiles: Sequence[float]
+    distributions: bool
 
 
 class WatchOptions(TypedDict, total=False):
@@ -55,6 +57,7 @@ class WatchOptions(TypedDict, total=False):
     timeout: float | None
     offload: Offload
     reduce: Reduce | Mapping[str, str | Sequence[str]] | None
+    quantiles: Sequence[float] | None
 
 
 @dataclass(frozen=True)
@@ -71,9 +74,11 @@ class WatchSpec:
     poll_interval: float | None
     timeout: float | None
     offload: Offload
+    quantiles: Sequence[float] | None = None
 
     def __post_init__(self) -> None:
         choice("watch", "offload", self.offload, OFFLOADS)
+        object.__setattr__(self, "quantiles", fractions("watch", "quantiles", self.quantiles, none=True))
         number("watch", "poll_interval", self.poll_interval, unit="seconds", none=True)
         number("watch", "timeout", self.timeout, unit="seconds", none=True)
 
@@ -86,6 +91,8 @@ def check_monitor(options: Mapping[str, Any]) -> None:
     """Raises [ConfigError][monitor_async.ConfigError] naming the first of ``Monitor``'s ``options`` out of range."""
     choice("Monitor", "on_error", options["on_error"], ON_ERROR)
     choice("Monitor", "handle_signals", options["handle_signals"], (True, False))
+    choice("Monitor", "distributions", options["distributions"], (True, False))
+    fractions("Monitor", "quantiles", options["quantiles"])
     for option in _SECONDS:
         number("Monitor", option, options[option], unit="seconds")
     number("Monitor", "poll_timeout", options["poll_timeout"], unit="seconds", none=True)

@@ -20,7 +20,8 @@ from .._core.exceptions import PollError, PollTimeoutError
 from .._core.guard import as_error, deadline, must_propagate, within_all
 from .._core.policy import ErrorPolicy, describe, log
 from .._core.record import Record
-from .._core.threads import WorkerPool
+from .._core.threads import WorkerPool, wait_future
+from .._core.values import OnDevice
 from .callers import Busy, InlineCaller, ThreadCaller
 from .counters import GRACE, Counters
 from .fanout import AlertFeed, Fanout
@@ -36,7 +37,7 @@ class Poller:
     ``monitor_async._core.guard`` for the two exceptions that propagate).
     """
 
-    __slots__ = ("alerts", "counters", "emit", "errors", "pool", "stuck")
+    __slots__ = ("alerts", "counters", "emit", "errors", "moved", "pool", "stuck")
 
     def __init__(
         self,
@@ -54,6 +55,8 @@ class Poller:
         """Watches whose awaited ``stats()`` ignored its cancellation, with the task left behind."""
         self.alerts = alerts
         """The alert rules, told of polls that logged nothing or left values out."""
+        self.moved: set[asyncio.Task[Any]] = set()
+        """Snapshots holding a tensor on a device, being read on a worker thread (see `on_device`)."""
 
     def _still_stuck(self, watch: Watch) -> bool:
         task = self.stuck.get(watch)
@@ -162,6 +165,9 @@ class Poller:
         """Turns a ``stats()`` result into a Record and fans it out when due."""
         try:
             record, dropped = watch.snapshot(raw, force=force)
+        except OnDevice:
+            self.on_device(watch, raw, force)
+            return None
         except Exception as exc:  # noqa: BLE001
             self.fail(watch, str(exc) if isinstance(exc, TypeError) else f"watch {watch.name!r}: {describe(exc)}", exc)
             return None
@@ -185,6 +191,30 @@ class Poller:
         if record is not None:
             self.emit(record)
         return record
+
+    def on_device(self, watch: Watch, raw: Any, force: bool) -> None:
+        """A snapshot read on the loop holds a tensor on a device (a GPU): it is read on a worker thread.
+
+        Its copy to the host waits for the device there, never on the loop; the record follows when it is
+        done. A watch whose ``stats()`` may move runs on a worker thread from now on (its reads then too).
+        """
+        caller = watch.caller
+        if isinstance(caller, InlineCaller) and caller.may_move and watch.swap_caller(
+            caller, ThreadCaller(caller.fn, self.pool())
+        ):
+            log.info("stats() of watch %r holds a tensor on a device; it now runs on a worker thread", watch.name)
+        future = self.pool().submit(lambda: watch.prepare(raw))
+        task = asyncio.get_running_loop().create_task(self._read_moved(watch, future, force))
+        self.moved.add(task)
+        task.add_done_callback(self.moved.discard)
+
+    async def _read_moved(self, watch: Watch, future: Any, force: bool) -> None:
+        try:
+            flattened = await wait_future(future)
+        except Exception as exc:  # noqa: BLE001 - the read on the worker failed: a failure of the watch
+            self.fail(watch, f"watch {watch.name!r}: {describe(exc)}", exc)
+            return
+        self.finish(watch, flattened, force)
 
     def fail(self, watch: Watch, message: str, exc: BaseException) -> None:
         self.counters.polls_failed += 1

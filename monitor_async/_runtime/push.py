@@ -31,14 +31,16 @@ import itertools
 import operator
 import threading
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from time import monotonic
 from time import time as _time
 from typing import Any
 
+from .._core.distribution import DEFAULT_QUANTILES, Distribution, Summary
 from .._core.policy import ErrorPolicy, describe, log
-from .._core.record import EMPTY_SOURCE, Record, Source, new_record
-from .._core.values import MAX_DEPTH, KeyCache, read
+from .._core.record import EMPTY_SOURCE, NO_DISTRIBUTIONS, Record, Source, new_record
+from .._core.threads import WorkerPool, wait_future
+from .._core.values import MAX_DEPTH, KeyCache, OnDevice, is_many, read
 from .fanout import AlertFeed, Fanout
 
 __all__ = ["DRAIN_DELAY", "FAST_DELAY", "HOLD", "QUIET", "WAIT_FACTOR", "Pushes"]
@@ -96,12 +98,55 @@ def snapshot(metrics: Any, depth: int = 0) -> Any:
             copy = {key: metrics[key] for key in metrics}
         else:
             return metrics
+        array = _array
         for key, value in copy.items():
-            if type(value) not in plain and isinstance(value, Mapping) and depth < MAX_DEPTH:
-                copy[key] = snapshot(value, depth + 1)
+            kind = type(value)
+            if kind is array:  # the common array: copied whole (the caller may reuse it), summarised at the drain
+                if value.ndim:
+                    copy[key] = value.copy()
+            elif kind in plain:
+                continue
+            elif kind is dict or (kind is not list and isinstance(value, Mapping)):
+                if depth < MAX_DEPTH:
+                    copy[key] = snapshot(value, depth + 1)
+            elif is_many(value):
+                copy[key] = _own(value)
         return copy
     except Exception:  # noqa: BLE001 - read again on the loop, where its error is reported
         return metrics
+
+
+class _NotSeen:
+    """Stands for numpy's array type until a push holds one (no value has this type)."""
+
+
+_array: type = _NotSeen
+"""``numpy.ndarray`` once a push held one: the type `snapshot` copies first."""
+
+
+def _own(value: Any) -> Any:
+    """A private copy of a value of many numbers, taken at the call and summarised at the drain.
+
+    A numpy array or CPU tensor is copied whole (one memcpy), a list shallowly; a tensor on another
+    device is copied on its device (no wait for the device), and to the host off the caller's thread.
+    """
+    kind = type(value)
+    if kind is list:
+        return value.copy()
+    if kind is tuple or kind is Summary or value is None:  # immutable (a Distribution of counts has no values)
+        return value
+    if kind is Distribution:
+        return Distribution(_own(value.values), quantiles=value.quantiles, bounds=value.bounds, counts=value.counts)
+    copy = getattr(value, "copy", None)  # numpy
+    if kind.__module__ == "numpy" and callable(copy):
+        if kind.__name__ == "ndarray":
+            global _array
+            _array = kind
+        return copy()
+    detach = getattr(value, "detach", None)  # torch
+    if callable(detach):
+        return detach().clone()
+    return list(value)  # another sequence: its items as they are now
 
 
 class Pushes:
@@ -115,19 +160,26 @@ class Pushes:
         fanout: the fan-out the records go to.
         source: the ``Record.source`` of every pushed record.
         alerts: the alert rules, told of a push that left values out (the ``nonfinite`` rules).
+        quantiles: the quantiles of a pushed distribution's summary (``None``: such values are left out).
+        pool: the monitor's worker threads, where a push holding a tensor on a device is read.
     """
 
     __slots__ = (
         "_bar", "_busy_drain", "_caches", "_count", "_dropping", "_failed", "_failing", "_fast", "_half", "_items",
-        "_lock", "_loop", "_lost_before", "_lost_drained", "_reads", "_seen", "_stalled", "_taken", "_timer",
-        "alerts", "errors", "fanout", "limit", "max_values", "queue_size", "source",
+        "_lock", "_loop", "_lost_before", "_lost_drained", "_moved", "_reads", "_seen", "_stalled", "_taken", "_timer",
+        "alerts", "errors", "fanout", "limit", "max_values", "points", "pool", "quantiles", "queue_size",
+        "source",
     )
 
     def __init__(
         self, queue_size: int, max_values: int, errors: ErrorPolicy, fanout: Fanout, source: Source = EMPTY_SOURCE,
-        *, alerts: AlertFeed,
+        *, alerts: AlertFeed, quantiles: tuple[float, ...] | None = DEFAULT_QUANTILES,
+        pool: Callable[[], WorkerPool] | None = None,
     ) -> None:
+        self.pool = pool
+        self._moved: set[asyncio.Future[Any]] = set()  # pushes read on a worker thread (a tensor on a device)
         self.fanout = fanout
+        self.quantiles = quantiles  # of the distributions pushed; None: values of many numbers are left out
         self.source = source
         self.queue_size = queue_size
         self.limit = limit = WAIT_FACTOR * queue_size
@@ -136,6 +188,8 @@ class Pushes:
         self._count = itertools.count()  # next() is atomic: one per push, one per read of pushed
         self._reads = 0
         self._taken = 0  # pushes the drain took, made into records or failed
+        self.points: dict[str, tuple[int | None, float]] = {}
+        """Each pushed name's last step and time, for ``Monitor.state_dict()`` (bounded as the key caches are)."""
         self._failed = 0  # pushes the drain took that could not be made into records
         self._items: deque[_Push] = deque(maxlen=limit)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -291,15 +345,11 @@ class Pushes:
             taken += 1
             try:
                 record, dropped = make(name, metrics, step, when)
+            except OnDevice:  # a tensor on a device: its copy to the host waits on a worker thread
+                self._move(name, metrics, step, when)
+                continue
             except Exception as exc:  # noqa: BLE001 - reported through on_error, never raised at the caller
-                self._failed += 1
-                label = name if isinstance(name, str) else _shown(name)
-                self.errors.report(
-                    f"log({label!r}, ...): {describe(exc)}; this push is dropped (counted in log_dropped)",
-                    exc, first=label not in failing,
-                )
-                if len(failing) < _NAMES:
-                    failing.add(label)
+                self._fail(name, exc)
                 continue
             if failing:
                 failing.discard(name)
@@ -313,6 +363,41 @@ class Pushes:
         if self._dropping and self._loop is None:  # no loop to see the streak end: it ends here
             self._end_streak()
         return taken
+
+    def _fail(self, name: Any, exc: BaseException) -> None:
+        """A push that could not be made into a record: reported (once per streak of its name), counted."""
+        self._failed += 1
+        label = name if isinstance(name, str) else _shown(name)
+        self.errors.report(
+            f"log({label!r}, ...): {describe(exc)}; this push is dropped (counted in log_dropped)",
+            exc, first=label not in self._failing,
+        )
+        if len(self._failing) < _NAMES:
+            self._failing.add(label)
+
+    def _move(self, name: Any, metrics: Any, step: Any, when: float) -> None:
+        """Makes a push holding a tensor on a device into a record on a worker thread, then fans it out on the loop."""
+        if self.pool is None:  # no worker threads: read here, off any loop
+            raise RuntimeError("log(): a tensor on a device needs the monitor's worker threads")
+        moved = wait_future(self.pool().submit(lambda: self._record(name, metrics, step, when)))
+        self._moved.add(moved)
+
+        def done(future: asyncio.Future[tuple[Record, int]]) -> None:
+            self._moved.discard(future)
+            if future.cancelled():
+                return
+            exc = future.exception()
+            if exc is not None:
+                self._fail(name, exc)
+                return
+            record, dropped = future.result()
+            if dropped:
+                self.fanout.counters.values_dropped += dropped
+                if self.alerts.on:
+                    self.alerts.engine.rescan(name, metrics, self.source)
+            self.fanout.emit(record)
+
+        moved.add_done_callback(done)
 
     # ---------------------------------------------------------- streaks of drops
     def _start_streak(self) -> None:
@@ -388,11 +473,16 @@ class Pushes:
         if keys is None:
             if len(self._caches) >= _NAMES:
                 self._caches.clear()
-            keys = self._caches[name] = KeyCache(name + "/", 2 * self.max_values + 64)
+            keys = self._caches[name] = KeyCache(name + "/", 2 * self.max_values + 64, self.quantiles)
         if type(metrics) is not dict and not isinstance(metrics, Mapping):
             raise TypeError(f"metrics must be a mapping of numbers, got {type(metrics).__name__}")
-        values, dropped = read(metrics, self.max_values, keys)
-        return new_record(name, step, when, values, self.source), dropped
+        found: dict[str, Summary] = {}
+        values, dropped = read(metrics, self.max_values, keys, found)
+        points = self.points
+        if len(points) >= _NAMES and name not in points:
+            points.clear()
+        points[name] = (step, when)
+        return new_record(name, step, when, values, self.source, found or NO_DISTRIBUTIONS), dropped
 
     @property
     def waiting(self) -> int:

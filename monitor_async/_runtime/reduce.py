@@ -16,13 +16,35 @@ from time import monotonic
 from typing import Any
 
 from .._core.checks import choice, number, refuse
+from .._core.distribution import DEFAULT_QUANTILES, Summary, merge
 from .._core.exceptions import ConfigError
+from .._core.formats import distribution_json, parse_distribution
 from .._core.record import Record
 from .boards import Board, LocalBoard, board_for
 
-__all__ = ["REDUCTIONS", "LocalBoard", "Reduce", "Reduction", "board_for", "publisher", "reduce_values"]
+__all__ = [
+    "REDUCTIONS", "LocalBoard", "Reduce", "Reduction", "board_for", "from_board", "publisher", "reduce_values", "to_board",
+]
 
-REDUCTIONS: tuple[str, ...] = ("sum", "mean", "min", "max", "p50", "p90", "p99")
+REDUCTIONS: tuple[str, ...] = ("sum", "mean", "min", "max", "p50", "p90", "p99", "merge")
+"""``merge`` takes a distribution key (``Record.distributions``) and merges the members' summaries exactly."""
+
+_SUMMARY = "~summary"
+"""The key marking a `Summary` on a board (they travel as JSON through a store)."""
+
+
+def to_board(summary: Summary) -> dict[str, Any]:
+    """A `Summary` as a JSON-able dict for a board: the JSONL sink's form (`distribution_json`), marked."""
+    return {_SUMMARY: distribution_json(summary)}
+
+
+def from_board(value: object) -> Summary | None:
+    """The `Summary` a member published (`to_board`), or ``None`` when ``value`` is not one."""
+    if isinstance(value, Summary):
+        return value
+    if not isinstance(value, dict) or _SUMMARY not in value:
+        return None
+    return parse_distribution(value[_SUMMARY])
 
 
 def reduce_values(values: Sequence[float], how: str) -> float:
@@ -56,7 +78,9 @@ class Reduce:
     Args:
         keys: ``{snapshot key: reduction}``: ``sum``, ``mean``, ``min``, ``max``,
             ``p50``, ``p90``, ``p99``, or a list of them (each its own metric,
-            ``"<name>/all/<key>/<reduction>"``).
+            ``"<name>/all/<key>/<reduction>"``); ``merge`` for a
+            [distribution](distributions.md) key: the members' histograms merged
+            exactly into one distribution, with its own quantiles.
         stale: seconds after which an unchanged rank or member is left out and
             counted (default: three poll intervals).
         via: ``"auto"`` (default: the ``torch.distributed`` store, else Ray,
@@ -64,7 +88,7 @@ class Reduce:
         store: a ``torch.distributed.Store`` instead of the default group's.
 
     Raises:
-        ConfigError: an unknown reduction, an empty mapping, a bad ``stale`` or ``via``.
+        ConfigError: an unknown reduction, an empty mapping, a bad ``stale`` or ``via``, ``merge`` in a list.
 
     Examples:
         >>> Reduce({"loss": "mean", "step_time": ["max", "p90"]}).metrics()
@@ -81,6 +105,11 @@ class Reduce:
             raise refuse("reduce", "keys", "a non-empty mapping of key -> reduction", self.keys)
         for key, hows in self.keys.items():
             for how in [hows] if isinstance(hows, str) else list(hows):
+                if how == "merge" and not isinstance(hows, str):
+                    raise ConfigError(
+                        f"reduce: 'merge' of key {key!r} must stand alone (the merged distribution has its own "
+                        "count, mean, min, max and quantiles)"
+                    )
                 if how not in REDUCTIONS:
                     raise ConfigError(
                         f"reduce: unknown reduction {how!r} for key {key!r}; choose among {', '.join(REDUCTIONS)}"
@@ -115,12 +144,21 @@ def publisher(board: Board, member: int, spec: Reduce) -> Callable[[Record], Non
     keys = list(spec.keys)
     seq = 0
 
+    merged = [key for key in keys if spec.keys[key] == "merge"]
+    plain = [key for key in keys if key not in merged]
+
     def publish(record: Record) -> None:
         nonlocal seq
         seq += 1
         metrics = record.metrics
         prefix = record.name + "/"
-        values = {key: metrics[prefix + key] for key in keys if prefix + key in metrics}
+        values: dict[str, Any] = {key: metrics[prefix + key] for key in plain if prefix + key in metrics}
+        if merged:
+            dists = record.distributions
+            for key in merged:
+                summary = dists.get(prefix + key)
+                if summary is not None:
+                    values[key] = to_board(summary)
         board.publish(member, seq, values)
 
     return publish
@@ -139,12 +177,15 @@ class Reduction:
         count: the name of the count key, ``"ranks"`` or ``"targets"``.
         members: how many members there are (members ``0 .. members - 1``).
         observer: sees every board read (the alert rules, which track each rank), or ``None``.
+        quantiles: the quantiles of a merged distribution.
     """
 
     def __init__(
         self, board: Board, spec: Reduce, stale: float, count: str, members: int,
         observer: Callable[[Mapping[int, tuple[int, Mapping[str, float]]]], None] | None = None,
+        quantiles: tuple[float, ...] = DEFAULT_QUANTILES,
     ) -> None:
+        self.quantiles = quantiles
         self.board = board
         self.metrics = spec.metrics()
         self.stale = stale
@@ -160,14 +201,15 @@ class Reduction:
             return self.reduce(got)
         return self._later(got)
 
-    async def _later(self, pending: Any) -> dict[str, float]:
+    async def _later(self, pending: Any) -> dict[str, Any]:
         return self.reduce(await pending)
 
-    def reduce(self, latest: Mapping[int, tuple[int, Mapping[str, float]]]) -> dict[str, float]:
+    def reduce(self, latest: Mapping[int, tuple[int, Mapping[str, Any]]]) -> dict[str, Any]:
+        """The reduced snapshot: floats, and a merged `Summary` per ``merge`` key (read as a distribution)."""
         if self.observer is not None:
             self.observer(latest)
         now = monotonic()
-        fresh: list[Mapping[str, float]] = []
+        fresh: list[Mapping[str, Any]] = []
         stale = 0
         seen = self.seen
         for member, (seq, values) in latest.items():
@@ -178,9 +220,14 @@ class Reduction:
                 stale += 1
                 continue
             fresh.append(values)
-        out: dict[str, float] = {}
+        out: dict[str, Any] = {}
         for key, how, name in self.metrics:
-            found = [v[key] for v in fresh if key in v]
+            if how == "merge":
+                summaries = [s for v in fresh if key in v and (s := from_board(v[key])) is not None]
+                if summaries:
+                    out[name] = merge(summaries, self.quantiles)
+                continue
+            found = [v[key] for v in fresh if key in v and type(v[key]) is not dict]
             if found:
                 out[name] = reduce_values(found, how)
         if self.started is None:

@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .._core.distribution import DEFAULT_QUANTILES
 from .._core.exceptions import ConfigError, WatchTypeError
 from .._core.names import unique
 from .._core.record import Record, Source
@@ -63,13 +64,15 @@ class Registry:
         counters: the monitor's counters (``calls_abandoned``).
         added: called with each watch registered (the monitor polls it, if running).
         removed: called with the name of each watch removed (its polling ends).
+        quantiles: the monitor's quantiles of distributions (``None``: values of many numbers are left out).
     """
 
     def __init__(
         self, *, poll_interval: float, poll_timeout: float | None, max_values: int, world: World, source: Source,
         alerts: Engine, pool: Callable[[], WorkerPool], counters: Counters, added: Callable[[Watch], None],
-        removed: Callable[[str], None],
+        removed: Callable[[str], None], quantiles: tuple[float, ...] | None = DEFAULT_QUANTILES,
     ) -> None:
+        self.quantiles = quantiles
         self.poll_interval = poll_interval
         self.poll_timeout = poll_timeout
         self.max_values = max_values
@@ -132,6 +135,7 @@ class Registry:
             max_values=self.max_values,
             source=self.source,
             on_record=publish,
+            quantiles=None if self.quantiles is None else tuple(spec.quantiles or self.quantiles),
         )
         self.alerts.add_watch(name, interval, target, watch)
         self.watches[name] = watch
@@ -195,7 +199,8 @@ class Registry:
         """The ``"<base>/all"`` watch, reading ``board``; the alert rules see every rank's values there."""
         observer = None if group else functools.partial(self.alerts.board, base, self.world.rank)
         reduction = Reduction(
-            board, how, float(how.stale or 3 * interval), "targets" if group else "ranks", members, observer=observer
+            board, how, float(how.stale or 3 * interval), "targets" if group else "ranks", members, observer=observer,
+            quantiles=tuple(spec.quantiles or self.quantiles or DEFAULT_QUANTILES),
         )
         # the member's step key, when it is reduced by one reduction (samples: sum), steps "/all" too
         outputs = {key: out for key, _, out in how.metrics() if isinstance(how.keys[key], str)}

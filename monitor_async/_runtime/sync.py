@@ -224,6 +224,16 @@ class SyncMonitor:
         """The events of the alerts firing now (see `Monitor.firing`)."""
         return self._call(self.monitor.firing)
 
+    def state_dict(self) -> dict[str, Any]:
+        """What a restarted process needs to continue this run (see `Monitor.state_dict`); for a checkpoint."""
+        self._refuse_if_closed("state_dict")
+        return self._call(self.monitor.state_dict)
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continues the run ``state`` was taken in; before ``start()`` or the first ``step()`` (see `Monitor.load_state_dict`)."""
+        self._refuse_if_closed("load_state_dict")
+        self._call(functools.partial(self.monitor.load_state_dict, state))
+
     def start(self) -> SyncMonitor:
         """Starts background polling (``background=True``); otherwise only re-arms ``stop()``."""
         self._guard()
@@ -329,6 +339,9 @@ class LoggerMonitor(SyncMonitor):
         background: poll in a daemon loop thread once started (default ``True``),
             or only at ``step()``.
         on_error: ``"warn"`` (default), ``"ignore"`` or ``"raise"``.
+        distributions: summarise values that are many numbers as
+            [distributions](distributions.md) (default ``False``: left out and
+            counted, as TorchRL's ``LoggerMonitor`` does).
         **options: any other keyword option of [Monitor][monitor_async.Monitor].
 
     Examples:
@@ -354,10 +367,12 @@ class LoggerMonitor(SyncMonitor):
         poll_interval: float = 1.0,
         background: bool = True,
         on_error: OnError = "warn",
+        distributions: bool = False,
         **options: Any,
     ) -> None:
         super().__init__(
-            logger, poll_interval=poll_interval, background=background, on_error=on_error, **options
+            logger, poll_interval=poll_interval, background=background, on_error=on_error,
+            distributions=distributions, **options,
         )
 
 

@@ -14,9 +14,10 @@ from time import monotonic as _monotonic
 from time import time as _time
 from typing import TYPE_CHECKING, Any
 
+from .._core.distribution import DEFAULT_QUANTILES, Summary
 from .._core.names import rate_names
 from .._core.policy import log
-from .._core.record import EMPTY_SOURCE, Record, Source, new_record
+from .._core.record import EMPTY_SOURCE, NO_DISTRIBUTIONS, Record, Source, new_record
 from .._core.schedule import Every
 from .._core.values import Flattened, KeyCache, read, read_plain
 from .callers import Caller
@@ -149,6 +150,7 @@ class Watch:
         "warned_key",
         "unlogged",
         "on_record",
+        "resumed_step",
     )
 
     def __init__(
@@ -167,6 +169,7 @@ class Watch:
         max_values: int,
         source: Source = EMPTY_SOURCE,
         on_record: Callable[[Record], None] | None = None,
+        quantiles: tuple[float, ...] | None = DEFAULT_QUANTILES,
     ) -> None:
         self.target = target
         self.source = source  # Record.source of every record (the rank, in a job of several)
@@ -180,7 +183,7 @@ class Watch:
         self.max_values = max_values
         # the snapshot keys seen so far (room for them all: a snapshot of known keys never clears it)
         prefix = name + "/"
-        self.keys = KeyCache(prefix, 2 * max_values + 64)
+        self.keys = KeyCache(prefix, 2 * max_values + 64, quantiles)  # quantiles None: no distributions
         names = rate_names(rate_keys)
         self.rate_pairs: tuple[tuple[str, str], ...] = tuple(
             (prefix + key, prefix + rate) for key, rate in names.items()
@@ -211,6 +214,7 @@ class Watch:
         self.failing = False
         self.capped = False
         self.unlogged: dict[str, float] | None = None  # the values of the last poll the schedule did not log
+        self.resumed_step: int | None = None  # a resumed launch: the step this watch had at the checkpoint
         # no schedule, no rate named like a counter, no record hook: the fast read may take the poll
         self.plain = schedule is None and not self.rates_overlap and on_record is None
         # a thread-offloaded stats() is flattened on its worker thread (see prepare)
@@ -228,7 +232,9 @@ class Watch:
             if record is not None:
                 return record, 0
         # a thread-offloaded target's result comes flattened already (see prepare)
-        metrics, dropped = read(raw, self.max_values, self.keys)
+        found: dict[str, Summary] = {}
+        metrics, dropped = read(raw, self.max_values, self.keys, found)
+        dists = found or NO_DISTRIBUTIONS
         if dropped and not self.capped and len(metrics) >= self.max_values:
             self._warn_capped()
         now = _monotonic()
@@ -240,6 +246,14 @@ class Watch:
             self.unlogged = metrics
             return None, dropped
         step = None if self.step_key is None else self._step(metrics)
+        if step is not None and step == self.resumed_step and not self.has_logged:
+            # a resumed watch back at its checkpoint's step: the launch it resumes logged that step
+            # (one value per step); the baseline starts here, so the first rate is within this launch
+            self.resumed_step = None
+            self.baseline = self._counters(metrics)
+            self.baseline_time = now
+            self.unlogged = metrics
+            return None, dropped
         if force and step is not None and step == self.last_step and self.has_logged:
             # the final snapshot of a step already logged: a second row of one step (TensorBoard and
             # wandb keep one value per step) would only repeat it
@@ -250,9 +264,9 @@ class Watch:
             # left out, and the baseline kept, so the next rate spans the whole time since it
             self.last_log_time = now
             self.has_logged = True
-            return self._out(new_record(self.name, step, _time(), metrics, self.source)), dropped
+            return self._out(new_record(self.name, step, _time(), metrics, self.source, dists)), dropped
         if since is not None and now > since and not self.rates_overlap:
-            return self._out(self._logged(metrics, now, since, step)), dropped
+            return self._out(self._logged(metrics, now, since, step, dists)), dropped
         counters = self._counters(metrics)
         if since is not None and now > since:
             self._add_rates(counters, metrics, now - since)
@@ -260,7 +274,7 @@ class Watch:
         self.baseline_time = self.last_log_time = now
         self.has_logged = True
         self.last_step = step
-        return self._out(new_record(self.name, step, _time(), metrics, self.source)), dropped
+        return self._out(new_record(self.name, step, _time(), metrics, self.source, dists)), dropped
 
     def _out(self, record: Record) -> Record:
         """A record this watch logs, shown to its record hook first (if any)."""
@@ -306,7 +320,10 @@ class Watch:
         counter = None if key is None else metrics.get(key)
         return None if counter is None else int(counter)
 
-    def _logged(self, metrics: dict[str, float], now: float, since: float, step: int | None) -> Record:
+    def _logged(
+        self, metrics: dict[str, float], now: float, since: float, step: int | None,
+        dists: Mapping[str, Summary] = NO_DISTRIBUTIONS,
+    ) -> Record:
         """The record of a snapshot past the first poll, ``now - since`` after the last one logged.
 
         One pass over the counters this target reports: each is kept as the
@@ -331,7 +348,7 @@ class Watch:
         self.baseline_time = self.last_log_time = now
         self.has_logged = True
         self.last_step = step
-        return new_record(self.name, step, _time(), metrics, self.source)
+        return new_record(self.name, step, _time(), metrics, self.source, dists)
 
     def prepare(self, raw: Any) -> Any:
         """On a worker thread: a mapping ``stats()`` returned, flattened there (``snapshot`` takes it as is).
@@ -343,8 +360,9 @@ class Watch:
         used by two threads at once.
         """
         if type(raw) is dict or isinstance(raw, Mapping):
-            metrics, dropped = read(raw, self.max_values, self.keys)
-            return Flattened(metrics, dropped, raw if dropped else None)
+            found: dict[str, Summary] = {}
+            metrics, dropped = read(raw, self.max_values, self.keys, found)
+            return Flattened(metrics, dropped, raw if dropped else None, found or None)
         return raw
 
     def _find_rates(self) -> None:

@@ -10,7 +10,10 @@ from typing import Any
 from .._core.checks import number
 from .._core.values import read_value
 
-__all__ = ["EpisodeStats"]
+__all__ = ["RECENT", "EpisodeStats"]
+
+RECENT = 10_000
+"""The most episodes finished between two polls kept for the ``returns`` and ``lengths`` distributions (the latest)."""
 
 
 class EpisodeStats:
@@ -18,6 +21,9 @@ class EpisodeStats:
 
     Fed by ``wrap(env)``, ``record_info(info)`` or ``record(return, length)``,
     which may be mixed; the keys are in [Gymnasium episodes](integrations/gymnasium.md).
+    Beside them, ``returns`` and ``lengths`` are the episodes finished since the
+    last ``stats()`` call (the latest ``RECENT``), which a monitor summarises as
+    [distributions](distributions.md) (``returns/p50``...).
 
     Args:
         window: how many of the latest episodes the returns and lengths are
@@ -40,6 +46,8 @@ class EpisodeStats:
         self._lock = threading.Lock()
         self._returns: deque[float] = deque(maxlen=window)
         self._lengths: deque[int] = deque(maxlen=window)
+        self._recent_returns: deque[float] = deque(maxlen=RECENT)  # since the last stats()
+        self._recent_lengths: deque[int] = deque(maxlen=RECENT)
         self._episodes = 0
         self._steps = 0
 
@@ -68,6 +76,8 @@ class EpisodeStats:
         with self._lock:
             self._returns.append(value)
             self._lengths.append(n)
+            self._recent_returns.append(value)
+            self._recent_lengths.append(n)
             self._episodes += 1
             if steps:
                 self._steps += n
@@ -112,12 +122,18 @@ class EpisodeStats:
         """
         return _wrapper_class()(env, self)
 
-    def stats(self) -> dict[str, float]:
-        """The counters and, once an episode finished, returns and lengths over the last ``window``."""
+    def stats(self) -> dict[str, Any]:
+        """The counters and, once an episode finished, returns and lengths over the last ``window``, and
+        ``returns`` and ``lengths``: the lists of the episodes finished since the last call (maybe empty)."""
         with self._lock:
             returns = list(self._returns)
             lengths = list(self._lengths)
-            out = {"episodes": float(self._episodes), "steps": float(self._steps)}
+            out: dict[str, Any] = {"episodes": float(self._episodes), "steps": float(self._steps)}
+            if returns:
+                out["returns"] = list(self._recent_returns)
+                out["lengths"] = [float(n) for n in self._recent_lengths]
+                self._recent_returns.clear()
+                self._recent_lengths.clear()
         if returns:
             out["return/mean"] = sum(returns) / len(returns)
             out["return/min"] = min(returns)

@@ -187,5 +187,5 @@ def test_a_long_scenario_writes_its_own_section_and_keeps_the_latest_run(tmp_pat
     text = out.read_text(encoding="utf-8")
     assert latest in text  # the latest full run is kept
     section = text[text.index("## Long scenarios"):text.index("## History")]
-    assert "--only cleanrl" in section and "17. CleanRL ppo.py" in section
+    assert "--only cleanrl" in section and "18. CleanRL ppo.py" in section
     assert text.count("## Long scenarios") == 1

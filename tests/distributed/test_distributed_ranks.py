@@ -161,6 +161,22 @@ def test_two_ranks_reduce_through_the_store_and_keep_the_tracker_on_the_main_ran
     assert f".{pid0}." in events[0].name
 
 
+def test_four_ranks_merge_their_distributions_into_one_on_the_main_rank(job: Callable[[int], Job]) -> None:
+    four = job(4)
+    four.ready()
+    four.wait_for("a reduction over four ranks", lambda: any(m["learner/all/ranks"] == 4 for m in four.reduced()))
+    four.stop([0, 1, 2, 3])
+    full = next(m for m in four.reduced() if m["learner/all/ranks"] == 4)
+    # each rank's 100 returns (100 * rank + 0..99): the merged distribution is 0..399, exact in count, sum and extremes
+    assert full["learner/all/returns/count"] == 400.0
+    assert full["learner/all/returns/mean"] == 199.5
+    assert (full["learner/all/returns/min"], full["learner/all/returns/max"]) == (0.0, 399.0)
+    for q, exact in [(50, 199.5), (90, 359.1), (99, 395.01)]:  # from the merged buckets: within a bucket's width
+        assert abs(full[f"learner/all/returns/p{q}"] - exact) <= exact * 0.05, q
+    own = [r["metrics"] for r in four.records(2) if r["name"] == "learner"]
+    assert own[0]["learner/returns/min"] == 200.0 and own[0]["learner/returns/count"] == 100.0
+
+
 def test_a_frozen_then_killed_rank_delays_no_other_rank(job: Callable[[int], Job]) -> None:
     four = job(4)
     four.ready()

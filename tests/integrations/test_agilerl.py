@@ -6,6 +6,7 @@ virtual environment of their own (.ci/run builds it); elsewhere they are skipped
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import math
 import os
@@ -23,6 +24,7 @@ pytest.importorskip("agilerl")
 from agilerl.logger import CSVLogger, StdOutLogger, TensorboardLogger
 
 from monitor_async import Every, LoggerSink, SyncMonitor
+from tests.support.distributions import RETURNS, dist_record
 from tests.support.targets import Counter
 
 
@@ -160,3 +162,30 @@ def test_the_agilerl_page_runs_as_written(tmp_path: Path) -> None:
             env={**os.environ, "PYTHONPATH": str(root)},
         )
         assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_tensorboard_logger_draws_a_histogram_of_each_distribution(tmp_path: Path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import HISTOGRAMS, EventAccumulator
+
+    logger = TensorboardLogger(log_dir=tmp_path, experiment_name="run")
+    latencies = [0.001 * (i + 1) for i in range(500)]
+
+    async def write() -> None:
+        async with LoggerSink(logger, grow=True) as sink:
+            await sink.write([dist_record("learner", {"returns": RETURNS}, step=1), dist_record("server", {"latency": latencies})])
+            await sink.write([dist_record("learner", {"returns": [5.0, 6.0]}, step=2)])
+            await sink.flush()
+
+    asyncio.run(write())
+    logger.close()
+    (folder,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    events = EventAccumulator(str(folder), size_guidance={HISTOGRAMS: 0})
+    events.Reload()
+    assert {"learner/returns", "server/latency"} <= set(events.Tags()["histograms"])
+    first, second = (e.histogram_value for e in events.Histograms("learner/returns"))
+    assert (first.num, first.min, first.max) == (10, -12.5, 40.0)
+    assert (second.num, second.min, second.max) == (2, 5.0, 6.0)
+    [latency] = (e.histogram_value for e in events.Histograms("server/latency"))
+    assert (latency.num, latency.min, latency.max) == (500, 0.001, 0.5)
+    assert latency.sum == pytest.approx(sum(latencies), rel=0.01)  # values placed evenly in their buckets
+    assert {"learner/returns/p50", "server/latency/p99"} <= set(events.Tags()["scalars"])

@@ -27,7 +27,7 @@ from monitor_async.backends import CSVSink, MemorySink
 from monitor_async.integrations.tensorboard import SummaryWriter
 from tests.support.sinks import HungThreadSink
 from tests.support.tensorboard import TORCH, only_run, others, ppo_script, run_script, scalars, steps
-from tests.support.wandb_runs import history
+from tests.support.wandb_runs import transaction_log
 
 
 def both(tmp_path: Path, calls: Callable[[Any], None]) -> tuple[Path, Path]:
@@ -260,9 +260,9 @@ def test_wandb_sync_tensorboard_reads_our_event_files_as_torchs(tmp_path: Path) 
         script = folder / "train.py"
         script.write_text(WANDB_SCRIPT)
         run_script(script, [which], env={"WANDB_MODE": "offline", "WANDB_SILENT": "true", "WANDB_DIR": str(folder)})
-        rows[which] = [
-            {k: v for k, v in row.items() if not k.startswith("_")} for row in history(folder)
-        ]
+        [run_dir] = (folder / "wandb").glob("offline-run-*")
+        history = [r["history"]["item"] for r in transaction_log(run_dir) if r["type"] == "history"]
+        rows[which] = [{k: v for k, v in row.items() if not k.startswith("_")} for row in history]
     assert len(rows["ours"]) == 20
     assert rows["ours"] == rows["torch"]
     assert rows["ours"][3] == {"global_step": 30, "charts/episodic_return": 3, "losses/value_loss": 0.25}

@@ -94,6 +94,7 @@ async def test_odd_values_are_kept_as_floats_or_left_out_and_counted() -> None:
             "text": "fast",
             "none": None,
             "list": [1, 2],
+            "mixed": [1, "x"],
             "nested": {"a": 1, "deep": {"b": 2.0, "nan": math.nan}},
         }
     )
@@ -106,11 +107,14 @@ async def test_odd_values_are_kept_as_floats_or_left_out_and_counted() -> None:
         "t/int": 7.0,
         "t/flag": 1.0,
         "t/off": 0.0,
+        # a list of numbers is a distribution: its summary (docs/distributions.md)
+        "t/list/count": 2.0, "t/list/mean": 1.5, "t/list/min": 1.0, "t/list/max": 2.0,
+        "t/list/p50": 1.5, "t/list/p90": 1.9, "t/list/p99": 1.99,
         "t/nested/a": 1.0,
         "t/nested/deep/b": 2.0,
     }
     assert all(type(v) is float for v in sink.records[0].metrics.values())
-    # nan, inf, -inf, 10**400, "fast", None, [1, 2], nested nan
+    # nan, inf, -inf, 10**400, "fast", None, [1, "x"], nested nan
     assert monitor.stats()["values_dropped"] == 8
     assert monitor.stats()["polls_failed"] == 0
 
@@ -143,9 +147,12 @@ async def test_numpy_scalars_and_zero_d_arrays_become_floats() -> None:
         "np/b": 1.0,
         "np/a0": 3.0,
         "np/a0i": 4.0,
+        # an array of several numbers is a distribution: its summary (docs/distributions.md)
+        "np/vector/count": 3.0, "np/vector/mean": 1.0, "np/vector/min": 0.0, "np/vector/max": 2.0,
+        "np/vector/p50": 1.0, "np/vector/p90": 1.8, "np/vector/p99": 1.98,
     }
     assert all(type(v) is float for v in logged["np"].values())
-    assert monitor.stats()["values_dropped"] == 4
+    assert monitor.stats()["values_dropped"] == 3  # nan, inf, text
 
 
 WEIRD_KEYS = ["a,b", 'say "hi"', "two\nlines", "crlf\r\nend", "x/y/z", "tab\there", "ünïcødé ✓", "", 7]

@@ -37,7 +37,7 @@ NUMERIC = re.compile(r"\b(int|float)\b")
 
 NOT_CONFIGURED = {
     # values and events, not things a user configures with options
-    "Record", "Report", "AlertEvent", "Failure", "Source",
+    "Record", "Report", "AlertEvent", "Failure", "Source", "Summary",
     # contracts and bases without options of their own
     "Sink", "BaseSink", "ThreadedSink",
     # rules are made by Alert's factories (each has its case below), not by the dataclass itself
@@ -136,6 +136,10 @@ CASES: dict[str, Case] = {
     "PrometheusSink": Case("PrometheusSink", _sink("PrometheusSink"), {"port": {"0"}}),
     "Webhook": Case("Webhook", _sink("Webhook", "http://127.0.0.1:9/hook"), {"group_window": {"0"}}),
     "SystemStats": Case("SystemStats", lambda option, value, _: targets.SystemStats(gpu=False, **{option: value})),
+    "Distribution": Case("Distribution", lambda option, value, _: monitor_async.Distribution(
+        # counts: one bad count among them (a count of 0 is allowed)
+        **({"bounds": [1.0], "counts": [value, 1]} if option == "counts" else {"values": [1.0], option: value})
+    ), {"counts": {"0"}}),
     "EpisodeStats": Case("EpisodeStats", lambda option, value, _: targets.EpisodeStats(**{option: value})),
     "MonitorCallback": Case("MonitorCallback", _callback, {"verbose": {"0"}}),
     "tail": Case("tail", _tail),

@@ -64,7 +64,8 @@ async def test_numpy_scalars_and_arrays_become_floats() -> None:
     monitor = Monitor(MemorySink())
     monitor.watch(Settable({"f": np.float32(1.5), "i": np.int64(7), "a0": np.array(2.0), "vec": np.ones(3)}), name="n")
     logged = await monitor.step()
-    assert logged["n"] == {"n/f": 1.5, "n/i": 7.0, "n/a0": 2.0}
+    summary = {f"n/vec/{field}": 1.0 for field in ("mean", "min", "max", "p50", "p90", "p99")}
+    assert logged["n"] == {"n/f": 1.5, "n/i": 7.0, "n/a0": 2.0, "n/vec/count": 3.0, **summary}  # a distribution
 
 
 async def test_non_mapping_result_is_an_error_naming_watch_and_type(caplog: pytest.LogCaptureFixture) -> None:

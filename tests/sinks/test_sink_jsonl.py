@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 
 from monitor_async import Monitor, Record
+from monitor_async._core.formats import parse_distribution
 from monitor_async.backends import JSONLSink
+from tests.support.distributions import RETURNS, dist_record
 from tests.support.targets import Collector
 
 
@@ -124,3 +126,23 @@ async def test_a_large_batch_is_written_whole(tmp_path: Path) -> None:
     lines = read(tmp_path / "big.jsonl")
     assert [line["step"] for line in lines] == list(range(2000))
     assert lines[1234]["metrics"]["w2/k11"] == 1234 + 1.1
+
+
+async def test_a_distribution_keeps_its_histogram_in_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "m.jsonl"
+    records = [
+        dist_record("learner", {"returns": RETURNS}, step=3),
+        dist_record("server", {"latency": [0.1, 0.2, 0.2, 5.0]}, bounds=[0.1, 0.5, 1.0]),
+        Record(name="rb", step=None, time=1.0, metrics={"rb/size": 3.0}),
+    ]
+    async with JSONLSink(path) as sink:
+        await sink.write(records)
+    returns, latency, plain = read(path)
+    assert set(plain) == {"time", "name", "step", "metrics"}
+    shape = returns["distributions"]["learner/returns"]
+    assert parse_distribution(shape) == records[0].distributions["learner/returns"]
+    assert (shape["count"], shape["min"], shape["max"], shape["zero"]) == (10, -12.5, 40.0, 2)
+    assert returns["metrics"]["learner/returns/p90"] == records[0].metrics["learner/returns/p90"]
+    assert latency["distributions"]["server/latency"]["bounds"] == [0.1, 0.5, 1.0]
+    assert latency["distributions"]["server/latency"]["counts"] == [1, 2, 0, 1]
+    assert parse_distribution(latency["distributions"]["server/latency"]) == records[1].distributions["server/latency"]

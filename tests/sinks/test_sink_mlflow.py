@@ -270,3 +270,25 @@ async def test_an_alert_sets_the_run_tag_alert_rule_to_its_state(server: MlflowS
     assert run.data.tags["alert.stalled collector/frames"] == "resolved"
     assert history(client, sink.run_id, "collector/frames") == [(1, 120.0)]
     assert sink.counters()["rejected"] == 0
+
+
+async def test_a_watched_distribution_is_its_summary_keys_in_the_runs_history(server: MlflowServer) -> None:
+    class Server:
+        def __init__(self) -> None:
+            self.n = 0
+
+        def stats(self) -> dict[str, object]:
+            self.n += 1
+            return {"n": self.n, "latency": [0.01 * self.n * i for i in range(1, 101)]}
+
+    sink = MLflowSink(server.url, experiment="tests", run_name="distributions")
+    monitor = Monitor(sink)
+    monitor.watch(Server(), name="server", step="n", rate_keys=[])
+    for _ in range(2):
+        await monitor.step()
+    await sink.close()
+    client = MlflowClient(server.url)
+    assert history(client, sink.run_id, "server/latency/count") == [(1, 100.0), (2, 100.0)]
+    assert history(client, sink.run_id, "server/latency/max") == [(1, 1.0), (2, 2.0)]
+    assert [s for s, _ in history(client, sink.run_id, "server/latency/p99")] == [1, 2]
+    assert monitor.stats()["sink/mlflow/errors"] == 0.0

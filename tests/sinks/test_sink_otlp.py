@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,10 +24,12 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
     ExportMetricsServiceResponse,
 )
+from opentelemetry.proto.metrics.v1.metrics_pb2 import AggregationTemporality
 
 from monitor_async import DeliveryError, Monitor
 from monitor_async.backends import Backoff, OTLPSink
 from tests.support.checks import wait_until
+from tests.support.distributions import RETURNS, dist_record
 from tests.support.network import Receiver, Request
 from tests.support.targets import Ticker
 
@@ -197,3 +201,68 @@ async def test_a_200_whose_body_is_not_the_collectors_answer_is_retried_naming_t
         assert values == [float(i) for i in range(1, pending + 1)], "every record, once the collector answers"
     finally:
         await sink.close()
+
+
+def histogram_points(requests: list[Request]) -> list[tuple[str, str, Any]]:
+    """``(metric, watch, data point)`` of every histogram data point, in arrival order."""
+    out = []
+    for request in requests:
+        for rm in decode(request).resource_metrics:
+            for sm in rm.scope_metrics:
+                for metric in sm.metrics:
+                    kind = metric.WhichOneof("data")
+                    if kind in ("exponential_histogram", "histogram"):
+                        data = getattr(metric, kind)
+                        assert data.aggregation_temporality == AggregationTemporality.AGGREGATION_TEMPORALITY_DELTA
+                        out += [(metric.name, attributes(p.attributes)["watch"], p) for p in data.data_points]
+    return out
+
+
+async def test_a_distribution_is_an_exponential_histogram_data_point(collector: Receiver) -> None:
+    first = dist_record("learner", {"returns": RETURNS}, step=1, time=1700000000.0)
+    second = dist_record("learner", {"returns": [2.0, 3.0]}, step=2, time=1700000010.0)
+    empty = dist_record("learner", {"returns": []}, step=3, time=1700000020.0)
+    explicit = dist_record("server", {"latency": [0.05, 0.2, 0.2, 3.0]}, time=1700000030.0, bounds=[0.1, 0.5, 1.0])
+    async with OTLPSink(endpoint(collector)) as sink:
+        await sink.write([first, second, empty, explicit])
+        await sink.flush()
+    got = histogram_points(collector.answered(200))
+    assert [(m, w) for m, w, _ in got] == [("returns", "learner"), ("returns", "learner"), ("latency", "server")]
+    (_, _, a), (_, _, b), (_, _, c) = got
+    summary = first.distributions["learner/returns"]
+    assert (a.count, a.sum, a.min, a.max, a.zero_count) == (10, sum(RETURNS), -12.5, 40.0, 2)
+    assert a.scale == summary.scale
+    assert (a.positive.offset, list(a.positive.bucket_counts)) == (summary.positive[0], list(summary.positive[1]))
+    assert (a.negative.offset, list(a.negative.bucket_counts)) == (summary.negative[0], list(summary.negative[1]))
+    for v in RETURNS:  # the OpenTelemetry mapping: magnitude v is in bucket ceil(log2|v| * 2**scale) - 1
+        if v:
+            side = a.positive if v > 0 else a.negative
+            assert side.bucket_counts[math.ceil(math.log2(abs(v)) * 2**a.scale) - 1 - side.offset] > 0, v
+    # delta points: the second covers the time since the first; the empty poll adds no point
+    assert (a.start_time_unix_nano, a.time_unix_nano) == (1700000000 * 10**9, 1700000000 * 10**9)
+    assert (b.start_time_unix_nano, b.time_unix_nano) == (1700000000 * 10**9, 1700000010 * 10**9)
+    assert (b.count, b.min, b.max) == (2, 2.0, 3.0)
+    assert list(c.explicit_bounds) == [0.1, 0.5, 1.0] and list(c.bucket_counts) == [1, 2, 0, 1]
+    assert (c.count, c.min, c.max) == (4, 0.05, 3.0) and c.sum == pytest.approx(3.45)
+    gauges = {
+        (metric.name, p.as_double)
+        for request in collector.answered(200) for rm in decode(request).resource_metrics
+        for sm in rm.scope_metrics for metric in sm.metrics if metric.WhichOneof("data") == "gauge"
+        for p in metric.gauge.data_points
+    }
+    assert ("returns/p50", 0.75) in gauges and ("returns/count", 0.0) in gauges  # the summary, beside
+
+
+async def test_a_distribution_waits_in_the_spool_whole(collector: Receiver, tmp_path: Path) -> None:
+    record = dist_record("learner", {"returns": RETURNS}, step=1, time=1700000000.0)
+    collector.reply = lambda n, request: (503, {}, b"")
+    async with OTLPSink(endpoint(collector), backoff=FAST, spool_dir=tmp_path / "spool") as sink:
+        await sink.write([record])
+        await wait_until(lambda: sink.counters()["retries"] >= 1, timeout=20)
+    collector.reply = lambda n, request: OK
+    async with OTLPSink(endpoint(collector), spool_dir=tmp_path / "spool") as later:  # read back from its file
+        await later.flush()
+    [(_, _, point)] = histogram_points(collector.answered(200))
+    summary = record.distributions["learner/returns"]
+    assert (point.count, point.min, point.max, point.scale) == (10, -12.5, 40.0, summary.scale)
+    assert list(point.positive.bucket_counts) == list(summary.positive[1])

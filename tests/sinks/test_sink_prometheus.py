@@ -20,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from monitor_async import AlertEvent, Monitor
 from monitor_async.backends import PrometheusSink
+from tests.support.distributions import RETURNS, dist_record
 from tests.support.network import parse_metrics, scrape
 
 
@@ -305,3 +306,61 @@ async def test_a_monitor_rule_that_fires_and_resolves_shows_in_ALERTS_and_health
                 await asyncio.sleep(0.05)
             _, _, text = await asyncio.to_thread(get, sink.url)
             assert alerts(text) == []
+
+
+async def test_a_distribution_is_a_histogram_family_beside_its_quantile_gauges() -> None:
+    latencies = [0.003 * (i + 1) for i in range(50)]
+    async with PrometheusSink(port=0) as sink:
+        await sink.write([dist_record("server", {"latency": latencies}, step=1)])
+        await sink.write([dist_record("server", {"latency": [0.0, 0.2, 0.3]}, step=2)])
+        await sink.write([dist_record("learner", {"returns": RETURNS})])
+        await sink.write([dist_record("rb", {"priority": [0.05, 0.2, 0.2, 3.0]}, bounds=[0.1, 0.5, 1.0])])
+        text = await asyncio.to_thread(lambda: urllib.request.urlopen(sink.url, timeout=10).read().decode())
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    latency = families["monitor_async_latency"]
+    assert latency.type == "histogram"
+    samples = {(s.name, s.labels.get("le")): s.value for s in latency.samples if s.labels["watch"] == "server"}
+    # cumulative since the sink started: both polls' 53 values
+    assert samples["monitor_async_latency_count", None] == 53.0 == samples["monitor_async_latency_bucket", "+Inf"]
+    assert samples["monitor_async_latency_sum", None] == pytest.approx(sum(latencies) + 0.5)
+    everything = [*latencies, 0.0, 0.2, 0.3]
+    buckets = [(float(le), v) for (name, le), v in samples.items() if name.endswith("_bucket")]
+    assert [v for _, v in buckets] == sorted(v for _, v in buckets)
+    assert 5 < len(buckets) <= 20 + 2  # at most histogram_buckets per sign, the zeros' and +Inf
+    for le, cumulative in buckets:  # each le counts the values <= it
+        assert sum(v <= le for v in everything) == cumulative, le
+    # negative values: OpenMetrics (and prometheus_client) leave out _sum and _count; +Inf is the count
+    returns = {(s.name, s.labels.get("le")): s.value for s in families["monitor_async_returns"].samples}
+    assert returns["monitor_async_returns_bucket", "+Inf"] == 10.0
+    assert ("monitor_async_returns_count", None) not in returns
+    for (_, le), cumulative in returns.items():
+        assert sum(v <= float(le) for v in RETURNS) == cumulative or float(le) in RETURNS, le  # -8 is an edge
+    # explicit bounds are the le values as given
+    priority = {(s.name, s.labels.get("le")): s.value for s in families["monitor_async_priority"].samples}
+    assert [priority["monitor_async_priority_bucket", le] for le in ("0.1", "0.5", "1.0", "+Inf")] == [1.0, 3.0, 3.0, 4.0]
+    assert priority["monitor_async_priority_count", None] == 4.0
+    # the latest poll's summary as gauges; the histogram's _count stands for <key>/count
+    gauges = parse_metrics(text)
+    assert gauges[("monitor_async_latency_p50", "server")] == 0.2  # of [0, 0.2, 0.3]
+    assert gauges[("monitor_async_latency_max", "server")] == 0.3
+    assert families["monitor_async_latency_p99"].type == "gauge"
+    assert not any(name.endswith("_count") for name in families)
+    assert sink.counters() == {"series_dropped": 0.0, "keys_collided": 0.0, "keys_escaped": 0.0}
+
+
+async def test_histogram_buckets_bounds_the_le_series_of_a_distribution() -> None:
+    values = [1.001**i for i in range(5000)]  # 1 to about 148: 160 exponential buckets at full scale
+    counts = {}
+    for limit in (160, 20, 4):
+        async with PrometheusSink(port=0, histogram_buckets=limit) as sink:
+            await sink.write([dist_record("server", {"latency": values})])
+            text = await asyncio.to_thread(lambda: urllib.request.urlopen(sink.url, timeout=10).read().decode())
+        [family] = [f for f in text_string_to_metric_families(text) if f.name == "monitor_async_latency"]
+        buckets = [(s.labels["le"], s.value) for s in family.samples if s.name.endswith("_bucket")]
+        counts[limit] = len(buckets) - 1  # +Inf aside
+        assert buckets[-1] == ("+Inf", 5000.0)
+        for le, cumulative in buckets[:-1]:
+            assert sum(v <= float(le) for v in values) == cumulative, (limit, le)
+    assert counts[160] > 100 and 10 < counts[20] <= 20 and counts[4] <= 4
+    with pytest.raises(ValueError, match="histogram_buckets must be an integer > 0"):
+        PrometheusSink(histogram_buckets=0)

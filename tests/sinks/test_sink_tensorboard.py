@@ -11,6 +11,7 @@ from tensorboard.backend.event_processing import event_accumulator
 
 from monitor_async import Monitor, Record
 from monitor_async.backends import TensorBoardSink
+from tests.support.distributions import RETURNS, dist_record
 from tests.support.targets import Collector
 
 
@@ -101,3 +102,60 @@ def test_bad_options_are_rejected_at_construction() -> None:
         TensorBoardSink("runs", flush_secs=0)
     with pytest.raises(TypeError, match="log_dir must be a str"):
         TensorBoardSink(None)  # type: ignore[arg-type]
+
+
+async def test_a_distribution_is_a_histogram_beside_its_summary_scalars(tmp_path: Path) -> None:
+    records = [
+        dist_record("server", {"latency": [0.01 * (i + 1) for i in range(100)]}, step=5, time=1700000000.0),
+        dist_record("learner", {"returns": RETURNS}, time=1700000001.0),
+        dist_record("learner", {"returns": RETURNS[:4]}, time=1700000002.0, bounds=[-5.0, 0.0, 5.0]),
+    ]
+    async with TensorBoardSink(tmp_path) as sink:
+        await sink.write(records)
+    acc = event_accumulator.EventAccumulator(str(tmp_path), size_guidance={event_accumulator.HISTOGRAMS: 0})
+    acc.Reload()  # size_guidance: every histogram event (TensorBoard keeps one per tag by default)
+    assert set(acc.Tags()["histograms"]) == {"server/latency", "learner/returns"}
+    [latency] = acc.Histograms("server/latency")
+    h = latency.histogram_value
+    assert (latency.step, latency.wall_time) == (5, 1700000000.0)
+    assert (h.num, h.min, h.max) == (100, 0.01, 1.0) and h.sum == pytest.approx(50.5)
+    assert sum(h.bucket) == 100 and list(h.bucket_limit) == sorted(h.bucket_limit)
+    assert h.bucket_limit[-1] >= 1.0 and len(h.bucket) <= 160
+    exponential, explicit = acc.Histograms("learner/returns")
+    assert [exponential.step, explicit.step] == [0, 1]
+    h = exponential.histogram_value
+    assert (h.num, h.min, h.max, h.sum) == (10, -12.5, 40.0, sum(RETURNS))
+    # each value counted in the bucket whose limits hold it, a bucket's left edge the previous limit
+    lefts = [h.bucket_limit[0] - 1e9, *h.bucket_limit[:-1]]
+    for v in RETURNS:
+        [i] = [i for i, (lo, hi) in enumerate(zip(lefts, h.bucket_limit, strict=True)) if lo < v <= hi or lo == v < 0]
+        assert h.bucket[i] > 0
+    h = explicit.histogram_value
+    assert list(h.bucket_limit) == [-5.0, 0.0] and list(h.bucket) == [1, 3]  # -12.5 | -3, 0, 0
+    assert got_scalars(tmp_path)["server/latency/p50"] == [(5, pytest.approx(0.505))]
+    assert set(acc.Tags()["scalars"]) >= {"learner/returns/p99", "learner/returns/count", "server/latency/mean"}
+
+
+def got_scalars(log_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    return {tag: [(s, v) for s, v, _ in events] for tag, events in scalars(log_dir).items()}
+
+
+async def test_a_watched_list_becomes_a_histogram_per_poll(tmp_path: Path) -> None:
+    class Episodes:
+        def __init__(self) -> None:
+            self.polls = 0
+
+        def stats(self) -> dict[str, object]:
+            self.polls += 1
+            return {"frames": 100 * self.polls, "returns": [float(self.polls * i) for i in range(1, 11)]}
+
+    monitor = Monitor(TensorBoardSink(tmp_path), close_sinks=True)
+    monitor.watch(Episodes(), name="env", step="frames", rate_keys=[])
+    for _ in range(3):
+        await monitor.step()
+    await monitor.stop(log_final=False)
+    acc = event_accumulator.EventAccumulator(str(tmp_path), size_guidance={event_accumulator.HISTOGRAMS: 0})
+    acc.Reload()
+    got = [(e.step, e.histogram_value.num, e.histogram_value.max) for e in acc.Histograms("env/returns")]
+    assert got == [(100, 10, 10.0), (200, 10, 20.0), (300, 10, 30.0)]
+    assert got_scalars(tmp_path)["env/returns/p50"] == [(100, 5.5), (200, 11.0), (300, 16.5)]

@@ -9,10 +9,17 @@ import pytest
 
 from monitor_async import Monitor
 from monitor_async.backends import WandbSink
+from tests.support.distributions import RETURNS, dist_record
 from tests.support.targets import Collector
-from tests.support.wandb_runs import transaction_log
+from tests.support.wandb_runs import transaction_log as run_log
 
 wandb = pytest.importorskip("wandb")
+
+
+def transaction_log(wandb_dir: Path) -> list[dict[str, Any]]:
+    """The records of the single offline run under ``wandb_dir``, via ``wandb leet inspect --json``."""
+    [run_dir] = (wandb_dir / "wandb").glob("offline-run-*")
+    return run_log(run_dir)
 
 
 async def test_a_created_run_gets_one_axis_per_watch_and_is_finished(wandb_offline: Path) -> None:
@@ -132,3 +139,27 @@ async def test_a_monitor_rule_that_fires_lands_in_the_offline_run(wandb_offline:
     [alert] = [r["alert"] for r in transaction_log(wandb_offline) if r["type"] == "alert"]
     assert alert["title"] == "firing: stalled stuck/frames" and alert["level"] == "WARN"
     assert alert["text"].startswith("stuck/frames has not increased for ")
+
+
+async def test_a_distribution_is_a_histogram_in_the_runs_history(wandb_offline: Path) -> None:
+    wide = [float(i) for i in range(600)]
+    records = [
+        dist_record("learner", {"returns": RETURNS}, step=10),
+        dist_record("learner", {"returns": []}, step=20),  # empty: its count only, no histogram
+        dist_record("server", {"latency": wide}, bounds=[i + 0.5 for i in range(599)]),
+    ]
+    async with WandbSink(project="monitor-async-tests", dir=str(wandb_offline)) as sink:
+        await sink.write(records)
+    history = [r["history"]["item"] for r in transaction_log(wandb_offline) if r["type"] == "history"]
+    first, second, third = history
+    # wandb's history keeps a histogram as "<key>._type", "<key>.bins" and "<key>.values"
+    assert first["learner/returns._type"] == "histogram" and first["learner/step"] == 10
+    bins, values = first["learner/returns.bins"], first["learner/returns.values"]
+    assert len(bins) == len(values) + 1 and bins == sorted(bins) and sum(values) == len(RETURNS)
+    for v in RETURNS:  # each value in a bin that holds it
+        assert any(lo <= v <= hi and n for lo, hi, n in zip(bins, bins[1:], values, strict=False)), v
+    assert first["learner/returns/p50"] == pytest.approx(0.75) and first["learner/returns/count"] == 10
+    assert not any(k.startswith("learner/returns.") for k in second) and second["learner/returns/count"] == 0
+    wide_values, wide_bins = third["server/latency.values"], third["server/latency.bins"]
+    assert len(wide_values) == 300 and sum(wide_values) == 600  # 600 explicit buckets joined in pairs (512 at most)
+    assert wide_bins[0] == 0.0 and wide_bins[-1] == 599.0

@@ -8,6 +8,9 @@ runs until ``OUT/stop`` exists, stops the monitor, writes the times of its
 learner's ``stats()`` calls to ``OUT/times<rank>.json`` and exits 0. It never
 calls a collective after joining.
 
+The learner also reports ``returns``, 100 values per rank (``100 * rank .. 100 * rank + 99``), merged
+across the ranks into one distribution (``reduce={"returns": "merge"}``).
+
 With a third argument ``AFTER`` the learner's ``frames`` grows at each poll
 until ``OUT/stall<rank>`` exists, and the monitor runs ``Alert.stalled`` and
 ``Alert.quiet`` rules on the reduced watch, their events going to the JSONL file.
@@ -33,11 +36,12 @@ class Learner:
         self.stall = stall
         self.frames = 100.0 * (rank + 1)
 
-    def stats(self) -> dict[str, float]:
+    def stats(self) -> dict[str, object]:
         self.times.append(time.monotonic())
         if self.stall is not None and not self.stall.exists():
             self.frames += 1.0
-        return {"loss": float(self.rank), "frames": self.frames, "step_time": 0.01 * (self.rank + 1)}
+        returns = [float(100 * self.rank + i) for i in range(100)]
+        return {"loss": float(self.rank), "frames": self.frames, "step_time": 0.01 * (self.rank + 1), "returns": returns}
 
 
 async def main(out: Path, interval: float, after: float | None) -> None:
@@ -52,7 +56,7 @@ async def main(out: Path, interval: float, after: float | None) -> None:
         [JSONLSink(out / "rank{rank}.jsonl"), TensorBoardSink(out / "tb")],
         poll_interval=interval, batch_wait=0, close_sinks=True, alerts=rules,
     )
-    monitor.watch(learner, name="learner", reduce={"loss": "mean", "frames": "sum", "step_time": "max"})
+    monitor.watch(learner, name="learner", reduce={"loss": "mean", "frames": "sum", "step_time": "max", "returns": "merge"})
     await monitor.start()
     (out / f"ready{me.rank}").write_text(json.dumps({"pid": os.getpid(), "found": me.found}))
     stop = out / "stop"

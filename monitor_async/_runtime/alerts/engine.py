@@ -25,7 +25,7 @@ from ..._core.policy import describe, log
 from ..._core.record import EMPTY_SOURCE, Record, Source
 from ..._core.values import nonfinite_values
 from ..notify import Notifier, log_event
-from .trackers import Nonfinite, Quiet, QuietWatches, Stalled, Threshold, Track, Unhealthy
+from .trackers import Nonfinite, NonfiniteMany, Quiet, QuietWatches, Stalled, Threshold, Track, Unhealthy
 
 __all__ = ["Engine"]
 
@@ -76,6 +76,8 @@ class Engine:
         self.offset = 0.0  # running time = monotonic() - offset
         self.paused_at: float | None = time.monotonic()  # stopped (or never started) since
         self.scan_nonfinite = False
+        self.carried: dict[tuple[str, str, str | None], dict[str, Any]] = {}
+        """Episodes firing when the state a resumed launch loaded was taken, by (rule, watch, metric): see `carry`."""
         for rule in rules:
             self.add(rule)
 
@@ -355,7 +357,32 @@ class Engine:
                 track.since = self.clock()
                 track.fire(track.since, f"{key}{track.where} is {value} (left out of the records)")
 
-    def board(self, base: str, own: int, latest: Mapping[int, tuple[int, Mapping[str, float]]]) -> None:
+    def many(self, record: Record) -> None:
+        """A record with distributions: fire ``nonfinite`` rules for those that held NaN or inf values, saying how many."""
+        if self.paused_at is not None or not self.scan_nonfinite or record.name in self.ignored:
+            return
+        name, source = record.name, record.source
+        for key, summary in record.distributions.items():
+            nans, infs = summary.nan_count, summary.inf_count
+            if not (nans or infs):
+                continue
+            for rule in self.rules:
+                if rule.kind != "nonfinite" or not matches(key, rule.target):
+                    continue
+                track = self._get(rule, name, key, source, partial(NonfiniteMany, self, rule, name, key, source))
+                known = self.nonfinite_of.setdefault(name, [])
+                if track not in known:
+                    known.append(track)
+                track.value = float(nans + infs)
+                self.bound.pop(name, None)  # its next summary without them resolves it
+                track.since = self.clock()
+                track.fire(
+                    track.since,
+                    f"{key}{track.where} holds {nans} NaN and {infs} infinite values of "
+                    f"{nans + infs + summary.count} (left out of its summary)",
+                )
+
+    def board(self, base: str, own: int, latest: Mapping[int, tuple[int, Mapping[str, Any]]]) -> None:
         """Every rank's values on a reduction's board (main rank): each rank is tracked as a source of its own."""
         if self.paused_at is not None:
             return
@@ -366,7 +393,7 @@ class Engine:
             if self.board_seq.get((base, member)) == seq:
                 continue
             self.board_seq[(base, member)] = seq
-            metrics = {prefix + key: value for key, value in values.items()}
+            metrics = {prefix + key: value for key, value in values.items() if type(value) is not dict}  # not a summary
             source = Source({**self.source, "rank": member})
             bound_as = f"{base}\x00{member}"
             entry = self.bound.get(bound_as)
@@ -433,9 +460,14 @@ class Engine:
 
     def emit(self, track: Track, state: str, since: float, message: str) -> None:
         rule = track.rule
+        began = self.unix(since)
+        if self.carried and state == "firing":
+            carried = self.carried.pop((rule.name, track.watch, track.metric), None)
+            if carried is not None and isinstance(carried.get("since"), (int, float)):
+                began = min(began, float(carried["since"]))
         event = AlertEvent(
             rule.name, state, rule.severity, track.watch, track.metric, track.value,  # type: ignore[arg-type]
-            self.unix(since), time.time(), track.source, message,
+            began, time.time(), track.source, message,
         )
         if state == "firing":
             self.counts["alerts_fired"] += 1
@@ -467,6 +499,29 @@ class Engine:
 
     def firing(self) -> list[AlertEvent]:
         return list(self.firing_now.values())
+
+    # ------------------------------------------------------------- resuming
+    def episodes(self) -> list[dict[str, Any]]:
+        """The episodes firing now, as plain values (``Monitor.state_dict()``), those carried over included."""
+        out = [
+            {"rule": e.rule, "watch": e.watch, "metric": e.metric, "since": e.since, "value": e.value}
+            for e in self.firing_now.values()
+        ]
+        seen = {(e["rule"], e["watch"], e["metric"]) for e in out}
+        out += [dict(e) for key, e in self.carried.items() if key not in seen]
+        return out
+
+    def carry(self, episodes: Iterable[Mapping[str, Any]]) -> None:
+        """A resumed launch: ``episodes`` were firing at the checkpoint.
+
+        The trackers start afresh (the time the job was down counts toward no
+        rule, and a restart alone fires nothing); an episode that fires again
+        keeps its first ``since``, so it reads as the one episode it is.
+        """
+        self.carried = {
+            (str(e["rule"]), str(e.get("watch")), None if e.get("metric") is None else str(e["metric"])): dict(e)
+            for e in episodes
+        }
 
     def report(self, out: dict[str, float]) -> None:
         out["alerts_firing"] = float(len(self.firing_now))

@@ -18,7 +18,7 @@ from ..._core.policy import describe
 from ..._core.text import clock
 from ..._core.threads import RaisedOnThread, on_thread, wait_future
 
-__all__ = ["Host", "Nonfinite", "Quiet", "QuietWatches", "Stalled", "Threshold", "Track", "Unhealthy"]
+__all__ = ["Host", "Nonfinite", "NonfiniteMany", "Quiet", "QuietWatches", "Stalled", "Threshold", "Track", "Unhealthy"]
 
 
 class Host(Protocol):
@@ -308,6 +308,20 @@ class Nonfinite(Track):
         if self.firing and self.metric in metrics:
             self.value = metrics[self.metric]  # type: ignore[index]
             self.resolve(f"{self.metric}{self.where} is finite again ({_value_text(self.value)})")
+
+
+class NonfiniteMany(Track):
+    """``Alert.nonfinite`` for one distribution key: fired when its summary counted NaN or inf values,
+    resolved by a summary of that key without them (its ``/count`` logged, no ``/nan_count`` nor ``/inf_count``)."""
+
+    __slots__ = ()
+
+    def update(self, metrics: Mapping[str, float], now: float) -> None:
+        key = self.metric
+        if self.firing and f"{key}/count" in metrics and f"{key}/nan_count" not in metrics \
+                and f"{key}/inf_count" not in metrics:
+            self.value = metrics[f"{key}/count"]
+            self.resolve(f"{key}{self.where} holds only finite values again ({_value_text(self.value)} values)")
 
 
 class Unhealthy(Track):
