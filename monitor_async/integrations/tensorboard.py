@@ -12,6 +12,7 @@ it promises: [Coming from a SummaryWriter script](summarywriter.md).
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import os
 import socket
 import sys
@@ -73,6 +74,13 @@ def _scalar(value: Any) -> float:
             f"Tensor should contain one element (0 dimensions). Was given size: {array.size} and {array.ndim} dimensions."
         )
     return float(array)
+
+
+def _array_like(value: Any) -> bool:
+    """A numpy array or scalar, as torch's writer takes for a histogram."""
+    import numpy as np
+
+    return isinstance(value, np.ndarray) or bool(np.isscalar(value))
 
 
 def _is_tensor(value: Any) -> bool:
@@ -145,8 +153,11 @@ class _Events(TensorBoardSink):
         kept = []
         for r in records:
             if aside and not aside.isdisjoint(r.metrics):
-                r = Record(r.name, r.step, r.time, {k: v for k, v in r.metrics.items() if k not in aside}, r.source)
-            if r.metrics:
+                r = dataclasses.replace(r, metrics={k: v for k, v in r.metrics.items() if k not in aside})
+            if r.distributions:  # add_histogram: the histogram, not its summary's scalars (the other sinks' view)
+                heads = tuple(key + "/" for key in r.distributions)
+                r = dataclasses.replace(r, metrics={k: v for k, v in r.metrics.items() if not k.startswith(heads)})
+            if r.metrics or r.distributions:
                 kept.append(r)
         if kept:
             super().write_blocking(kept)
@@ -339,13 +350,25 @@ class SummaryWriter:
         walltime: Any = None,
         max_bins: Any = None,
     ) -> None:
-        """As torch's writer, written on the worker thread from a copy of ``values`` taken at the call."""
-        values = _kept(values)
-        walltime = _time() if walltime is None else walltime
-        self._submit(
-            "add_histogram",
-            lambda writer: writer.add_histogram(tag, values, global_step, bins, walltime, max_bins),
-        )
+        """A histogram under ``tag`` at ``global_step``, pushed with ``log()`` as a [distribution](distributions.md).
+
+        The event file gets the histogram (its buckets are the distribution's, not
+        ``bins``), the other sinks its summary (``<tag>/mean``, ``/p50``...).
+        """
+        names = self._names.get(tag)
+        if names is None:
+            names = self._name(tag)
+        if _is_tensor(values):
+            values = values.detach().cpu().clone()  # numpy arrays are copied by the push itself
+        elif not _array_like(values):
+            raise NotImplementedError(f"Got {type(values)}, but numpy array or torch tensor are expected.")
+        if global_step is None:
+            global_step = self._next_step(tag)
+        elif type(global_step) is not int:
+            global_step = int(global_step)
+        if walltime is not None and type(walltime) is not float:
+            walltime = float(walltime)
+        names[2](names[0], {names[1]: values}, global_step, walltime)
 
     def __getattr__(self, attr: str) -> Any:
         """Every other ``add_*`` method of TensorBoard's writer, run on the worker thread with copies of its arrays."""
@@ -407,11 +430,11 @@ class SummaryWriter:
     def _name(self, tag: Any) -> tuple[str, str, Callable[..., None]]:
         """The push name, key and push of a tag not seen yet; refuses what TensorBoard's protobuf refuses."""
         if not isinstance(tag, str):
-            raise TypeError(f"SummaryWriter.add_scalar: tag must be a str, got {type(tag).__name__}")
+            raise TypeError(f"SummaryWriter: a tag must be a str, got {type(tag).__name__}")
         if not tag:
-            raise ValueError("SummaryWriter.add_scalar: the tag is empty; TensorBoard charts a scalar by its tag")
+            raise ValueError("SummaryWriter: the tag is empty; TensorBoard charts a value by its tag")
         if self._closed:
-            raise ValueError("SummaryWriter.add_scalar(): the writer is closed")
+            raise ValueError("SummaryWriter: the writer is closed")
         head, key = _split(tag)
         push = self._core.pusher(head)
         if len(self._names) >= _MAX_SPLITS:

@@ -157,14 +157,19 @@ def test_every_value_also_reaches_the_sinks_given(tmp_path: Path) -> None:
             writer.add_scalar("charts/episodic_return", 10.0 * i, 100 * i)
         writer.add_scalar("loss", 0.5, 7)
         writer.add_scalars("run", {"x": 1.0}, 4)
+        writer.add_histogram("weights", torch.arange(5.0), 9)
     rows = list(csv.DictReader(table.open()))
     got = {(r["metric"], int(r["step"]), float(r["value"])) for r in rows}
+    # a histogram is a distribution: the CSV gets its summary, the event file the histogram alone
+    assert {("weights/count", 9, 5.0), ("weights/mean", 9, 2.0), ("weights/max", 9, 4.0)} <= got
+    got = {row for row in got if not row[0].startswith("weights/")}
     assert got == {
         ("charts/episodic_return", 0, 0.0), ("charts/episodic_return", 100, 10.0),
         ("charts/episodic_return", 200, 20.0), ("loss", 7, 0.5), ("run/x", 4, 1.0),
     }
     # add_scalars' values are in their own runs, as torch writes them, not also in the main one
     assert set(steps(tmp_path / "tb")) == {(".", "charts/episodic_return"), (".", "loss"), ("run_x", "run")}
+    assert others(tmp_path / "tb") == {(".", "histograms", "weights"): [9]}
 
 
 def test_a_hung_sink_holds_up_neither_the_script_nor_the_event_file(tmp_path: Path) -> None:
