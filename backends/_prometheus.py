@@ -502,28 +502,7 @@ class PrometheusSink(BaseSink):
                     self.label, key, label, family, "gauge" if histogram else "histogram", self.label,
                 )
         elif owner is None:
-            if self._series < self.max_series:
-                self._series += 1
-                self._claims[(family, at)] = key
-                kind: dict[str, Any] = collector.histograms if histogram else collector.families
-                route = kind.get(family)
-                if route is None:
-                    route = kind[family] = {}
-                    collector.help[family] = (
-                        f"Values of stats() key {metric!r} since the sink started." if histogram
-                        else f"Latest value of stats() key {metric!r}."
-                    )
-                if histogram:
-                    for part in ("_count", "_sum", "_bucket"):
-                        self._claims.setdefault((family + part, at), key)
-            else:
-                route = _OVER
-                if not self.series_dropped:
-                    log.warning(
-                        "PrometheusSink %r: max_series=%d reached; new series such as %s{watch=%r} are not "
-                        "exported (raise max_series or report fewer distinct metrics)",
-                        self.label, self.max_series, family, label,
-                    )
+            route = self._claim(family, at, key, metric, histogram)
         elif owner == key:
             route = (collector.histograms if histogram else collector.families)[family]
         else:
@@ -537,6 +516,32 @@ class PrometheusSink(BaseSink):
                 )
         routes[key] = route
         self._routed += sys.getsizeof(key) + _ENTRY
+        return route
+
+    def _claim(self, family: str, at: _Series, key: str, metric: str, histogram: bool) -> Any:
+        """A new series of ``family`` for ``key`` of one watch and source: its route, or ``_OVER`` past ``max_series``."""
+        collector = self._collector
+        if self._series >= self.max_series:
+            if not self.series_dropped:
+                log.warning(
+                    "PrometheusSink %r: max_series=%d reached; new series such as %s{watch=%r} are not "
+                    "exported (raise max_series or report fewer distinct metrics)",
+                    self.label, self.max_series, family, at[0],
+                )
+            return _OVER
+        self._series += 1
+        self._claims[(family, at)] = key
+        kind: dict[str, Any] = collector.histograms if histogram else collector.families
+        route = kind.get(family)
+        if route is None:
+            route = kind[family] = {}
+            collector.help[family] = (
+                f"Values of stats() key {metric!r} since the sink started." if histogram
+                else f"Latest value of stats() key {metric!r}."
+            )
+        if histogram:
+            for part in ("_count", "_sum", "_bucket"):
+                self._claims.setdefault((family + part, at), key)
         return route
 
     # --------------------------------------------------------------- lifecycle

@@ -203,6 +203,19 @@ def _summary_of_array(np: Any, array: Any, quantiles: Sequence[float], bounds: S
     if bounds is not None:
         counts = np.bincount(np.searchsorted(np.asarray(bounds), array), minlength=len(bounds) + 1)
         return Summary(n, total, low, high, figures, nans, infs, bounds=tuple(bounds), counts=tuple(counts.tolist()))
+    scale, positive, negative = _exponential(np, array, ordered, low, high, below, above)
+    return Summary(n, total, low, high, figures, nans, infs, scale, above - below, positive, negative)
+
+
+_Side = tuple[int, tuple[int, ...]]
+
+
+def _exponential(
+    np: Any, array: Any, ordered: Any, low: float, high: float, below: int, above: int
+) -> tuple[int, _Side, _Side]:
+    """The scale and the positive and negative buckets of ``array`` (finite), ``ordered`` partitioned at ranks
+    ``below - 1`` and ``above`` (the values nearest 0 on each side): one log2 and one bincount for all."""
+    n = int(array.size)
     # log2 of each side's smallest and largest magnitude, by the same log2 as every value's below
     ends = np.log2(np.array([
         (low if above == 0 else float(ordered[above])) if above < n else 1.0, high if above < n else 1.0,
@@ -231,8 +244,8 @@ def _summary_of_array(np: Any, array: Any, quantiles: Sequence[float], bounds: S
     counts = np.bincount(logs.astype(np.intp), minlength=spans[0] + spans[1] + (above > below)).tolist()
     if len(counts) != spans[0] + spans[1] + (above > below):
         raise ArithmeticError(f"numpy's log2 is not monotonic here: {len(counts)} buckets for {spans}")
-    return Summary(
-        n, total, low, high, figures, nans, infs, scale, above - below,
+    return (
+        scale,
         (firsts[0] - 1, tuple(counts[:spans[0]])) if spans[0] else (0, ()),
         (firsts[2] - 1, tuple(counts[spans[0]:spans[0] + spans[1]])) if spans[1] else (0, ()),
     )

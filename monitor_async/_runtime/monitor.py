@@ -6,10 +6,7 @@ Registering watches is `Registry`'s; where records go, `Fanout`'s and the channe
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import threading
-import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
@@ -17,12 +14,8 @@ from typing import Any
 from .._core.alerts import Alert, AlertEvent
 from .._core.checks import fractions
 from .._core.distribution import DEFAULT_QUANTILES
-from .._core.exceptions import ConfigError
-from .._core.formats import launch_info
-from .._core.guard import within_all
 from .._core.policy import ErrorPolicy, OnError, log
 from .._core.ranks import for_rank
-from .._core.resume import ResumePoint, build_state, read_state
 from .._core.schedule import Every
 from .._core.threads import WorkerPool
 from .._core.world import World, source_of
@@ -39,7 +32,8 @@ from .poll import Poller
 from .push import Pushes
 from .reduce import Reduce
 from .registry import Registry
-from .timers import Ticks, poll_forever
+from .resuming import Resuming
+from .timers import PollTasks
 from .watch import Watch
 
 __all__ = ["Monitor"]
@@ -168,8 +162,7 @@ class Monitor:
             added=self._added, removed=self._removed, quantiles=summarised,
         )
         self._watches = self._registry.watches
-        self._ticks: Ticks | None = None  # the running loop's timers
-        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._tasks = PollTasks(self._poller)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_event: asyncio.Event | None = None
         self._stop_lock: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
@@ -177,10 +170,7 @@ class Monitor:
         self._finals_taken = False  # a stop() under way took the final snapshots already
         self._retired: list[threading.Thread] = []
         """Idle worker threads let go at the last stop() (they end promptly; ``SyncMonitor.close()`` joins them)."""
-        info = launch_info()
-        self._launch = {"id": uuid.uuid4().hex[:16], "time": info["time"], "pid": info["pid"], "host": info["host"]}
-        self._began = False  # start(), step(), flush() or stop() ran: a state can no longer be loaded
-        self._resume: ResumePoint | None = None  # the state load_state_dict() was given, applied as polling begins
+        self._resuming = Resuming()
 
     def __reduce__(self) -> Any:
         raise TypeError(
@@ -301,7 +291,7 @@ class Monitor:
     def _added(self, watch: Watch) -> None:
         """A watch was registered: polled from now on when the monitor runs."""
         if self._loop is not None:
-            self._spawn(watch)
+            self._tasks.spawn(watch, self._loop)
 
     def unwatch(self, name: str) -> None:
         """Stops polling the named target, leaving the target alone; a reduced watch goes whole.
@@ -316,9 +306,7 @@ class Monitor:
 
     def _removed(self, name: str) -> None:
         """A watch was removed: its polling ends."""
-        task = self._tasks.pop(name, None)
-        if task is not None:
-            task.cancel()
+        self._tasks.end(name)
 
     def watches(self) -> dict[str, str]:
         """``{watch name: how its stats() is called}`` (``inline``, ``thread``, ``remote``)."""
@@ -359,15 +347,6 @@ class Monitor:
     def own_loop(self, value: bool) -> None:
         self._lag.own_loop = bool(value)
 
-    def _spawn(self, watch: Watch) -> None:
-        assert self._loop is not None and self._ticks is not None
-        # its slots start now, not when its task first runs: a loop blocked meanwhile misses them
-        watch.slots.start(self._loop.time())
-        self._tasks[watch.name] = self._loop.create_task(
-            poll_forever(self._ticks, watch), name=f"monitor-async poll {watch.name}"
-        )
-
-    # ------------------------------------------------------------- pushed values
     def log(
         self, name: str, metrics: Mapping[str, Any], *, step: int | None = None, time: float | None = None
     ) -> None:
@@ -382,8 +361,7 @@ class Monitor:
                 copied whole at the call.
             step: the record's step (an int), or ``None`` for the sinks to number
                 the records of ``name``.
-            time: the record's unix time in seconds (a TensorBoard ``walltime``), or
-                ``None`` for the time of the call.
+            time: the record's unix time (TensorBoard's ``walltime``); ``None``: now.
 
         Raises:
             ConfigError: ``name`` is the name of a watch.
@@ -410,14 +388,9 @@ class Monitor:
         self._pushes.push(name, metrics, step, time)
 
     def pusher(self, name: str) -> Callable[[str, Any, Any, Any], None]:
-        """Claims ``name`` for pushes, as a first ``log(name, ...)`` does, and returns what ``log()`` calls.
+        """Claims ``name`` as a first ``log(name, ...)`` does (``ConfigError`` for a watch's) and returns ``push``.
 
-        ``push(name, metrics, step, time)`` is ``log()`` without the check of the
-        name at each call, for a caller that pushes under names it claimed this
-        way (the [SummaryWriter](summarywriter.md) does); the same guarantees.
-
-        Raises:
-            ConfigError: ``name`` is the name of a watch.
+        ``push(name, metrics, step, time)`` is ``log()`` without the check of the name (the SummaryWriter's).
         """
         if name not in self._registry.pushed:
             self._registry.claim_push_name(name)
@@ -466,15 +439,13 @@ class Monitor:
         self._raise_pending()
         await self._begin()
         self._loop = asyncio.get_running_loop()
-        if self._ticks is None or self._ticks.loop is not self._loop:
-            self._ticks = Ticks(self._loop, self._poller)
         self._stop_event = asyncio.Event()
         self._stopped = False
         self._finals_taken = False
         for channel in self._channels:
             channel.start()
         for watch in self._watches.values():
-            self._spawn(watch)
+            self._tasks.spawn(watch, self._loop)
         self._pushes.attach(self._loop)
         self._lag.start(self._loop)
         self._alerts.start(self._loop)
@@ -485,7 +456,7 @@ class Monitor:
     def _forget_loop(self) -> None:
         """Lets go of a loop that closed under a running monitor: its tasks died with it."""
         log.info("monitor-async: the loop this monitor ran on ended without stop(); starting afresh")
-        self._tasks.clear()
+        self._tasks.tasks.clear()
         self._pushes.attach(None)
         for channel in self._channels:
             channel.forget_loop()
@@ -517,13 +488,14 @@ class Monitor:
                 return
             if not self._finals_taken:
                 self._lag.stop()  # a loop blocked until now is still seen
-                self._count_missed()
+                if self._loop is not None:  # the slots a blocked loop skipped that no timer will count now
+                    self._counters.polls_missed += self._tasks.missed(self._watches, self._loop.time())
                 self._alerts.stop()  # no event after stop(); the time stopped does not count
-                await self._cancel_polls()
+                await self._tasks.cancel(self._watches, self.stop_timeout)
                 self._pushes.attach(None)
                 await self._pushes.settle()  # everything pushed before stop() is written
                 if self._errors.error is None:
-                    await self._final_snapshots(log_final)
+                    await self._poller.finals(self._watches.values(), log_final)
                 for watch in self._watches.values():
                     watch.slots.stop()
                 self._finals_taken = True
@@ -539,13 +511,6 @@ class Monitor:
             self._loop = None
             signals.discharge(self)
         self._raise_pending()
-
-    def _count_missed(self) -> None:
-        """The slots a blocked loop skipped and no timer will count now: the polls stop here."""
-        if self._loop is not None:
-            now = self._loop.time()
-            watches = [self._watches[name] for name in self._tasks if name in self._watches]
-            self._counters.polls_missed += sum(watch.slots.missed(now) for watch in watches)
 
     def _stop_lock_here(self) -> asyncio.Lock:
         """The lock that serialises stop() calls, made for the running loop (a restart may use another)."""
@@ -580,34 +545,9 @@ class Monitor:
         Every poll task is cancelled, the one that just failed included (it
         ends at its next await); a caller's own task (a ``step()``) is not one.
         """
-        for task in self._tasks.values():
-            task.cancel()
+        self._tasks.halt()
         if self._stop_event is not None:
             self._stop_event.set()
-
-    async def _cancel_polls(self) -> None:
-        """Cancels every poll task; waits for them at most the longest watch timeout (or stop_timeout).
-
-        A poll task cancelled while it awaits ``stats()`` ends at once unless
-        that ``stats()`` ignores the cancel: such a task is left behind.
-        """
-        tasks = list(self._tasks.values())
-        self._tasks.clear()
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            longest = max((w.timeout for w in self._watches.values()), default=self.stop_timeout)
-            await within_all(tasks, min(self.stop_timeout, longest))
-
-    async def _final_snapshots(self, log_final: bool | None) -> None:
-        watches = [
-            w for w in self._watches.values() if (w.log_on_close if log_final is None else log_final)
-        ]
-        if not watches:
-            return
-        for watch, record in zip(watches, await self._poller.poll_all(watches, force=True), strict=True):
-            if record is None and watch.failing:
-                log.warning("final snapshot of watch %r skipped: its stats() failed or hung", watch.name)
 
     async def _drain_and_flush(self) -> None:
         """Drains and flushes every sink at once, so a hung sink never eats another's stop_timeout."""
@@ -637,20 +577,7 @@ class Monitor:
         what each sink needs to reattach and the alert episodes firing now;
         ``json`` and ``pickle`` take it. See [Resuming a run](resuming.md).
         """
-        now = time.time()
-        offset = now - time.monotonic()  # a watch's last log time is monotonic
-        watches = {
-            name: (w.last_step if w.has_logged else None, None if w.last_log_time is None else w.last_log_time + offset)
-            for name, w in self._watches.items()
-        }
-        sinks: dict[str, dict[str, Any]] = {}
-        for channel in self._channels:
-            saver = getattr(channel.sink, "resume_state", None)
-            saved = saver() if callable(saver) else None
-            if saved:
-                sinks[channel.label] = saved
-        pushed = {name: point for name, point in self._pushes.points.items() if name not in self._watches}
-        return build_state(self._launch, now, watches, sinks, self._alerts.episodes(), pushed)
+        return self._resuming.state(self._watches, self._channels, self._pushes, self._alerts)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continues the run ``state`` (from `state_dict`, in the process that was stopped) was taken in.
@@ -662,44 +589,10 @@ class Monitor:
             ConfigError: polling began already, or ``state`` is not a state this
                 version reads (the message says what is wrong).
         """
-        if self._began:
-            raise ConfigError(
-                "load_state_dict: this monitor began polling already (start(), step(), flush() or stop() ran); "
-                "load the state right after building the monitor, before it polls"
-            )
-        self._resume = dataclasses.replace(read_state(state), by={"id": self._launch["id"], "time": self._launch["time"]})
+        self._resuming.load(state)
 
     async def _begin(self) -> None:
-        """Polling begins: a state loaded is applied (the sinks told, the missing names warned of) once."""
-        if self._began:
-            return
-        self._began = True
-        point = self._resume
-        if point is None:
-            return
-        labels = {channel.label for channel in self._channels}
-        missing_watches = sorted(set(point.watches) - set(self._watches))
-        missing_sinks = sorted(set(point.sinks) - labels)
-        if missing_watches or missing_sinks:
-            parts = []
-            if missing_watches:
-                parts.append(f"watches {missing_watches[:10]}" + (" and more" if len(missing_watches) > 10 else ""))
-            if missing_sinks:
-                parts.append(f"sinks {missing_sinks}")
-            log.warning(
-                "load_state_dict: the state names %s that this monitor does not have; the rest resumes, "
-                "and the records those had logged after the checkpoint stay superseded",
-                " and ".join(parts),
-            )
-        for name, at in point.watches.items():
-            watch = self._watches.get(name)
-            if watch is not None:
-                watch.resumed_step = at.step
-        self._alerts.carry(point.alerts)
-        for channel in self._channels:
-            resume = getattr(channel.sink, "resume", None)
-            if callable(resume):
-                await resume(point, point.sinks.get(channel.label))
+        await self._resuming.begin(self._watches, self._channels, self._alerts)
 
     # ----------------------------------------------------------------- self-stats
     def stats(self) -> dict[str, float]:

@@ -4,16 +4,16 @@
 watch's timeout, turns the snapshot into a Record and hands it to every
 channel. It never waits on a sink. Whatever a ``stats()`` raises is a failure
 of its watch (see ``monitor_async._core.guard`` for what propagates).
-``Poller.poll_all`` awaits the answers of several watches at once (a
-``step()``, the final snapshots), each under its timeout, even a ``stats()``
-that ignores its cancellation. When polling happens is
+``Poller.poll_each`` and ``Poller.finals`` await the answers of several
+watches at once (a ``step()``, the final snapshots), each under its
+timeout, even a ``stats()`` that ignores its cancellation. When polling happens is
 ``monitor_async._runtime.timers``'s."""
 
 from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 from .._core.exceptions import PollError, PollTimeoutError
@@ -242,15 +242,19 @@ class Poller:
         tasks = [loop.create_task(self.complete(w, raw, force)) for w, raw in pending]
         return await self._within(tasks, [w for w, _ in pending])
 
-    async def poll_all(self, watches: Sequence[Watch], force: bool = False) -> list[Record | None]:
-        """One poll of each watch at once (the final snapshots), like ``complete_all``.
+    async def finals(self, watches: Iterable[Watch], log_final: bool | None) -> None:
+        """The final snapshots: one poll at once of each watch ``log_final`` (or, when None, its ``log_on_close``) picks.
 
         Each poll runs in a task of its own, so no user code runs in the
         calling task (a cancelled ``run()`` stopping, where a stray
         ``CancelledError`` would read as a real cancel).
         """
+        picked = [w for w in watches if (w.log_on_close if log_final is None else log_final)]
         loop = asyncio.get_running_loop()
-        return await self._within([loop.create_task(self.poll(w, force)) for w in watches], watches)
+        records = await self._within([loop.create_task(self.poll(w, True)) for w in picked], picked)
+        for watch, record in zip(picked, records, strict=True):
+            if record is None and watch.failing:
+                log.warning("final snapshot of watch %r skipped: its stats() failed or hung", watch.name)
 
     async def _within(self, tasks: list[asyncio.Task[Record | None]], watches: Sequence[Watch]) -> list[Record | None]:
         if not tasks:

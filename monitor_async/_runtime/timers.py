@@ -12,13 +12,14 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .._core.guard import within_all
 from .._core.record import Record
 
 if TYPE_CHECKING:
     from .poll import Poller
     from .watch import Watch
 
-__all__ = ["OWN", "Ticks", "poll_forever"]
+__all__ = ["OWN", "PollTasks", "Ticks", "poll_forever"]
 
 
 class Ticks:
@@ -208,3 +209,54 @@ async def poll_forever(ticks: Ticks, watch: Watch) -> None:
                 if task is None or task.cancelling():
                     raise
         pending = poller.answer(watch)
+
+
+class PollTasks:
+    """A monitor's background poll tasks: one per watch, on the loop the monitor runs on, with its timers.
+
+    Args:
+        poller: what polls a watch when its slot comes.
+    """
+
+    __slots__ = ("poller", "tasks", "ticks")
+
+    def __init__(self, poller: Poller) -> None:
+        self.poller = poller
+        self.tasks: dict[str, asyncio.Task[None]] = {}
+        self.ticks: Ticks | None = None  # the running loop's timers
+
+    def spawn(self, watch: Watch, loop: asyncio.AbstractEventLoop) -> None:
+        """Starts polling ``watch`` on ``loop``: its slots start now, not when its task first runs."""
+        if self.ticks is None or self.ticks.loop is not loop:
+            self.ticks = Ticks(loop, self.poller)
+        watch.slots.start(loop.time())  # a loop blocked before the task runs misses them
+        self.tasks[watch.name] = loop.create_task(poll_forever(self.ticks, watch), name=f"monitor-async poll {watch.name}")
+
+    def end(self, name: str) -> None:
+        """Ends the polling of watch ``name`` (removed), if it had a task."""
+        task = self.tasks.pop(name, None)
+        if task is not None:
+            task.cancel()
+
+    def halt(self) -> None:
+        """Cancels every task now, the one that is failing included (it ends at its next await)."""
+        for task in self.tasks.values():
+            task.cancel()
+
+    def missed(self, watches: dict[str, Watch], now: float) -> int:
+        """The slots a blocked loop skipped that no timer will count, as the polls stop at ``now``."""
+        return sum(watches[name].slots.missed(now) for name in self.tasks if name in watches)
+
+    async def cancel(self, watches: dict[str, Watch], stop_timeout: float) -> None:
+        """Cancels every task and waits for them at most the longest watch timeout (or ``stop_timeout``).
+
+        A task cancelled while it awaits ``stats()`` ends at once unless that
+        ``stats()`` ignores the cancel: such a task is left behind.
+        """
+        tasks = list(self.tasks.values())
+        self.tasks.clear()
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            longest = max((w.timeout for w in watches.values()), default=stop_timeout)
+            await within_all(tasks, min(stop_timeout, longest))
