@@ -347,9 +347,8 @@ class Monitor:
     def own_loop(self, value: bool) -> None:
         self._lag.own_loop = bool(value)
 
-    def log(
-        self, name: str, metrics: Mapping[str, Any], *, step: int | None = None, time: float | None = None
-    ) -> None:
+    def log(self, name: str, metrics: Mapping[str, Any], *, step: int | None = None,
+            time: float | None = None) -> None:
         """Pushes values from your own loop as a record named ``name``, written to every sink.
 
         Safe from any thread, never blocks, never raises on what it is given; what
@@ -388,10 +387,7 @@ class Monitor:
         self._pushes.push(name, metrics, step, time)
 
     def pusher(self, name: str) -> Callable[[str, Any, Any, Any], None]:
-        """Claims ``name`` as a first ``log(name, ...)`` does (``ConfigError`` for a watch's) and returns ``push``.
-
-        ``push(name, metrics, step, time)`` is ``log()`` without the check of the name (the SummaryWriter's).
-        """
+        """``push(name, metrics, step, time)``: ``log()`` without its check of ``name``, claimed here once."""
         if name not in self._registry.pushed:
             self._registry.claim_push_name(name)
         return self._pushes.push
@@ -456,12 +452,10 @@ class Monitor:
     def _forget_loop(self) -> None:
         """Lets go of a loop that closed under a running monitor: its tasks died with it."""
         log.info("monitor-async: the loop this monitor ran on ended without stop(); starting afresh")
-        self._tasks.tasks.clear()
+        self._tasks.forget(self._watches)
         self._pushes.attach(None)
         for channel in self._channels:
             channel.forget_loop()
-        for watch in self._watches.values():
-            watch.slots.stop()
         self._loop = None
         self._finals_taken = False
 
@@ -488,8 +482,7 @@ class Monitor:
                 return
             if not self._finals_taken:
                 self._lag.stop()  # a loop blocked until now is still seen
-                if self._loop is not None:  # the slots a blocked loop skipped that no timer will count now
-                    self._counters.polls_missed += self._tasks.missed(self._watches, self._loop.time())
+                self._counters.polls_missed += self._tasks.missed(self._watches, self._loop)
                 self._alerts.stop()  # no event after stop(); the time stopped does not count
                 await self._tasks.cancel(self._watches, self.stop_timeout)
                 self._pushes.attach(None)

@@ -243,9 +243,18 @@ class PollTasks:
         for task in self.tasks.values():
             task.cancel()
 
-    def missed(self, watches: dict[str, Watch], now: float) -> int:
-        """The slots a blocked loop skipped that no timer will count, as the polls stop at ``now``."""
+    def missed(self, watches: dict[str, Watch], loop: asyncio.AbstractEventLoop | None) -> int:
+        """The slots a blocked loop skipped that no timer will count, as the polls stop now."""
+        if loop is None:
+            return 0
+        now = loop.time()
         return sum(watches[name].slots.missed(now) for name in self.tasks if name in watches)
+
+    def forget(self, watches: dict[str, Watch]) -> None:
+        """The loop closed under the tasks: they died with it, and no watch polls in the background."""
+        self.tasks.clear()
+        for watch in watches.values():
+            watch.slots.stop()
 
     async def cancel(self, watches: dict[str, Watch], stop_timeout: float) -> None:
         """Cancels every task and waits for them at most the longest watch timeout (or ``stop_timeout``).
