@@ -67,6 +67,7 @@ async def _measure(targets: int, rounds: int) -> list[tuple[str, list[tuple[str,
     now = loop.time()
     for watch in watches:  # carried by the timers, as a started monitor's watches are
         watch.slots.start(now)
+        watch.slots.running = False  # as a monitor never started: every call of the probe logs a record
         watch.slots.waiter = loop.create_future()
     ours = [watches[g::GROUPS] for g in range(GROUPS)]
     queue = monitor._channels[0].records.items
