@@ -103,7 +103,7 @@ class Slots:
         return int(late // self.interval) if late > self.interval else 0
 
 
-class Watch:
+class Watch(Slots):
     """Bookkeeping for one target; ``snapshot`` is the per-poll hot path.
 
     Values are namespaced as they are read (``"<name>/<key>"``, through the
@@ -124,7 +124,6 @@ class Watch:
         "keys",
         "max_values",
         "slots",
-        "interval",
         "step_key",
         "rates_seen",
         "rates_live",
@@ -204,8 +203,10 @@ class Watch:
         self.next_threshold: float | None = None
         self.next_log: float | None = None  # Every.seconds: the next time on its grid
         self.warned_key = False
-        # where the watch stands in background polling; while it runs, rates over less than half the interval are left out
-        self.slots = Slots(interval)
+        # where the watch stands in background polling (its `Slots` part, no object of its own for the
+        # garbage collector to walk); while it runs, rates over less than half the interval are left out
+        Slots.__init__(self, interval)
+        self.slots: Slots = self
         self.on_record = on_record  # called with each record logged (a reduction member publishes it)
         self.last_counter: float | None = None
         self.last_log_time: float | None = None
