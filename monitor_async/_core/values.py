@@ -45,7 +45,7 @@ class _Collided(Exception):
 
 
 class KeyCache:
-    """``names[key]`` is ``prefix + key`` (the key ``""`` is the prefix's name itself); ``of`` computes it once per key.
+    """``names[key]`` is ``prefix + key`` (with ``bare``, the key ``""`` is the prefix's name itself); ``of`` computes it once.
 
     A plain dict, for the interpreter's fast subscript on the hot path; it
     starts afresh past ``bound`` keys. ``added`` counts keys ever added;
@@ -53,10 +53,13 @@ class KeyCache:
     checked before it is written.
     """
 
-    __slots__ = ("added", "bound", "careful", "names", "prefix", "quantiles", "warned_many")
+    __slots__ = ("added", "bare", "bound", "careful", "names", "prefix", "quantiles", "warned_many")
 
-    def __init__(self, prefix: str, bound: int, quantiles: tuple[float, ...] | None = DEFAULT_QUANTILES) -> None:
+    def __init__(
+        self, prefix: str, bound: int, quantiles: tuple[float, ...] | None = DEFAULT_QUANTILES, bare: bool = False
+    ) -> None:
         self.prefix = prefix
+        self.bare = bare  # a push's keys: "" is the push's name itself (a SummaryWriter tag without a "/")
         self.bound = bound
         self.names: dict[Any, str] = {}
         self.added = 0
@@ -80,8 +83,8 @@ class KeyCache:
                     return None
             if len(names) >= self.bound:
                 names.clear()
-            # the key "" stands for the name itself: log("loss", {"": 0.5}) is "loss", as TensorBoard's tag
-            name = names[key] = self.prefix + text if text else self.prefix[:-1] or self.prefix
+            # in a push, the key "" stands for the name itself: log("loss", {"": 0.5}) is "loss", a TensorBoard tag
+            name = names[key] = self.prefix + text if text or not self.bare else self.prefix[:-1] or self.prefix
             self.added += 1
         return name
 

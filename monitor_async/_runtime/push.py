@@ -473,7 +473,7 @@ class Pushes:
         if keys is None:
             if len(self._caches) >= _NAMES:
                 self._caches.clear()
-            keys = self._caches[name] = KeyCache(name + "/", 2 * self.max_values + 64, self.quantiles)
+            keys = self._caches[name] = KeyCache(name + "/", 2 * self.max_values + 64, self.quantiles, bare=True)
         if type(metrics) is not dict and not isinstance(metrics, Mapping):
             raise TypeError(f"metrics must be a mapping of numbers, got {type(metrics).__name__}")
         found: dict[str, Summary] = {}

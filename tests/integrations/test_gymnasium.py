@@ -7,6 +7,7 @@ import pytest
 from monitor_async import SyncMonitor
 from monitor_async.backends import MemorySink
 from monitor_async.targets import EpisodeStats
+from tests.support.checks import wait_until_sync
 
 gym = pytest.importorskip("gymnasium")
 
@@ -44,6 +45,9 @@ def test_the_monitor_polls_from_its_thread_while_the_env_steps() -> None:
     monitor.watch(stats, name="episodes", **stats.watch_options)
     with monitor:
         random_steps(env, 3000)
+        # a loaded machine may starve the monitor's thread while the env steps: three background records
+        # (the second on has rates) before the stop, whatever the load
+        wait_until_sync(lambda: sum(r.name == "episodes" for r in sink.records) >= 3, what="three polls")
     records = [r for r in sink.records if r.name == "episodes"]
     assert len(records) >= 2
     steps = [r.metrics["episodes/steps"] for r in records]

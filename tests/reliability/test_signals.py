@@ -15,6 +15,7 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,18 @@ from monitor_async import Monitor, SyncMonitor
 from monitor_async.backends import MemorySink
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="POSIX signals")
+
+
+@pytest.fixture(autouse=True)
+def _default_handlers() -> Iterator[None]:
+    """Each test starts from the default handlers, as a job does: a run under ``nohup`` inherits SIGHUP ignored
+    (and children inherit it too), which the monitor rightly leaves alone."""
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    for sig in before:
+        signal.signal(sig, signal.SIG_DFL)
+    yield
+    for sig, handler in before.items():
+        signal.signal(sig, handler)
 
 CHILD = textwrap.dedent(
     """
