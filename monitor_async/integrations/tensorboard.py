@@ -286,12 +286,8 @@ class SummaryWriter:
             names = self._name(tag)
         if type(scalar_value) is not float:
             scalar_value = scalar_value + 0.0 if type(scalar_value) is int else _scalar(scalar_value)
-        if global_step is None:
-            global_step = self._next_step(tag)
-        elif type(global_step) is not int:
-            global_step = int(global_step)
-        if walltime is not None and type(walltime) is not float:
-            walltime = float(walltime)
+        if global_step is None or type(global_step) is not int or (walltime is not None and type(walltime) is not float):
+            global_step, walltime = self._stamp(tag, global_step, walltime)
         if scalar_value - scalar_value != 0.0:  # NaN or inf: kept in the event file, and told to the alerts
             walltime = self._nonfinite(tag, scalar_value, global_step, walltime)
         names[2](names[0], {names[1]: scalar_value}, global_step, walltime)
@@ -362,12 +358,8 @@ class SummaryWriter:
             values = values.detach().cpu().clone()  # numpy arrays are copied by the push itself
         elif not _array_like(values):
             raise NotImplementedError(f"Got {type(values)}, but numpy array or torch tensor are expected.")
-        if global_step is None:
-            global_step = self._next_step(tag)
-        elif type(global_step) is not int:
-            global_step = int(global_step)
-        if walltime is not None and type(walltime) is not float:
-            walltime = float(walltime)
+        if global_step is None or type(global_step) is not int or (walltime is not None and type(walltime) is not float):
+            global_step, walltime = self._stamp(tag, global_step, walltime)
         names[2](names[0], {names[1]: values}, global_step, walltime)
 
     def __getattr__(self, attr: str) -> Any:
@@ -441,6 +433,16 @@ class SummaryWriter:
             self._names.clear()
         names = self._names[tag] = (head, key, push)
         return names
+
+    def _stamp(self, tag: str, global_step: Any, walltime: Any) -> tuple[int, float | None]:
+        """``global_step`` as an int (``None``: the tag's next step) and ``walltime`` as a float, as torch's writer takes them."""
+        if global_step is None:
+            global_step = self._next_step(tag)
+        elif type(global_step) is not int:
+            global_step = int(global_step)
+        if walltime is not None and type(walltime) is not float:
+            walltime = float(walltime)
+        return global_step, walltime
 
     def _next_step(self, tag: str) -> int:
         """The step of a value given without one: the count of the tag's earlier ones."""
