@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from array import array as _floats_buffer
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, Sequence, Set
 from contextlib import suppress
 from itertools import pairwise
@@ -117,6 +117,19 @@ def _fit(ranges: Sequence[tuple[float, float]]) -> int:
 
 
 # ------------------------------------------------------------------ numpy
+CHUNK = 500
+"""Values numpy works on in one call without releasing the GIL (it releases it past 500)."""
+
+HELD = 2048
+"""Arrays of ``CHUNK`` to this many values are summarised in pieces of ``CHUNK``, holding the GIL.
+
+numpy releases the GIL in each call on more than ``CHUNK`` values; while a caller's thread runs
+Python without a pause (a training loop between two pushes), the thread that released it waits up
+to the interpreter's switch interval (5 ms) to have it back, for each such call. A summary in
+pieces costs a little more CPU and never waits: pushes of 1,000-value arrays at 1,000 a second are
+summarised as they come. Larger arrays are summarised whole, the fastest when the GIL is free.
+"""
+
 _np: Any = None
 _no_numpy = False
 
@@ -168,11 +181,25 @@ def _array(np: Any, values: Any) -> Any:
         what = {"U": "str", "S": "bytes"}.get(kind, str(array.dtype))
         raise TypeError(f"{type(values).__name__} holding {what} values, expected numbers")
     if array.dtype != np.float64:
-        array = array.astype(np.float64)
+        array = _float64(np, array)
     return array.reshape(-1)
 
 
+def _float64(np: Any, array: Any) -> Any:
+    """``array`` as float64: piece by piece in the sizes `_summary_held` takes (numpy holds the GIL then)."""
+    size = int(array.size)
+    if not (CHUNK < size <= HELD and array.flags.c_contiguous):
+        return array.astype(np.float64)
+    flat = array.reshape(-1)
+    out = np.empty(size)
+    for i in range(0, size, CHUNK):
+        out[i:i + CHUNK] = flat[i:i + CHUNK]
+    return out
+
+
 def _summary_of_array(np: Any, array: Any, quantiles: Sequence[float], bounds: Sequence[float] | None) -> Summary:
+    if CHUNK < array.size <= HELD:
+        return _summary_held(np, array, quantiles, bounds)
     with np.errstate(over="ignore"):  # finite values whose sum is past the largest float: the sum is inf
         total = float(array.sum())
     nans = infs = 0
@@ -203,7 +230,53 @@ def _summary_of_array(np: Any, array: Any, quantiles: Sequence[float], bounds: S
     if bounds is not None:
         counts = np.bincount(np.searchsorted(np.asarray(bounds), array), minlength=len(bounds) + 1)
         return Summary(n, total, low, high, figures, nans, infs, bounds=tuple(bounds), counts=tuple(counts.tolist()))
-    scale, positive, negative = _exponential(np, array, ordered, low, high, below, above)
+    scale, positive, negative = _exponential(np, (array,), ordered, low, high, below, above)
+    return Summary(n, total, low, high, figures, nans, infs, scale, above - below, positive, negative)
+
+
+def _summary_held(np: Any, array: Any, quantiles: Sequence[float], bounds: Sequence[float] | None) -> Summary:
+    """`_summary_of_array` in pieces of at most ``CHUNK`` values, holding the GIL throughout (see ``HELD``).
+
+    The sort is Python's (numpy's releases the GIL at any size); the quantiles, the extremes and the
+    values nearest 0 are read from it, the buckets counted piece by piece.
+    """
+    pieces = [array[i:i + CHUNK] for i in range(0, int(array.size), CHUNK)]
+    with np.errstate(over="ignore"):  # finite values whose sum is past the largest float: the sum is inf
+        total = sum([float(piece.sum()) for piece in pieces])
+    nans = infs = 0
+    if not math.isfinite(total):  # a NaN or an inf inside (or finite values whose sum overflows)
+        kept_pieces = []
+        for piece in pieces:
+            finite = np.isfinite(piece)
+            kept = int(np.count_nonzero(finite))
+            if kept < piece.size:
+                nan = int(np.count_nonzero(np.isnan(piece)))
+                nans += nan
+                infs += int(piece.size) - kept - nan
+                piece = piece[finite]
+            if piece.size:
+                kept_pieces.append(piece)
+        pieces = kept_pieces
+        if nans or infs:
+            with np.errstate(over="ignore"):
+                total = sum([float(piece.sum()) for piece in pieces])
+    ordered: list[float] = []
+    for piece in pieces:
+        ordered += piece.tolist()
+    ordered.sort()  # Python's sort: numpy's releases the GIL at any size
+    n = len(ordered)
+    if n == 0:
+        return _empty(quantiles, bounds, nans, infs)
+    low, high = ordered[0], ordered[-1]
+    below, above = bisect_left(ordered, 0.0), bisect_right(ordered, 0.0)  # -0.0 is a zero, as for numpy
+    figures = tuple(
+        (q, _lerp(ordered[a], ordered[b], t)) for q, (a, b, t) in zip(quantiles, _positions(n, quantiles), strict=True)
+    )
+    if bounds is not None:
+        at_most = [bisect_right(ordered, bound) for bound in bounds]  # values <= each bound
+        counts = [at_most[0], *(b - a for a, b in pairwise(at_most)), n - at_most[-1]]
+        return Summary(n, total, low, high, figures, nans, infs, bounds=tuple(bounds), counts=tuple(counts))
+    scale, positive, negative = _exponential(np, pieces, ordered, low, high, below, above)
     return Summary(n, total, low, high, figures, nans, infs, scale, above - below, positive, negative)
 
 
@@ -211,11 +284,12 @@ _Side = tuple[int, tuple[int, ...]]
 
 
 def _exponential(
-    np: Any, array: Any, ordered: Any, low: float, high: float, below: int, above: int
+    np: Any, pieces: Sequence[Any], ordered: Any, low: float, high: float, below: int, above: int
 ) -> tuple[int, _Side, _Side]:
-    """The scale and the positive and negative buckets of ``array`` (finite), ``ordered`` partitioned at ranks
-    ``below - 1`` and ``above`` (the values nearest 0 on each side): one log2 and one bincount for all."""
-    n = int(array.size)
+    """The scale and the positive and negative buckets of the finite values in ``pieces`` (arrays), ``ordered``
+    holding them sorted at least at ranks ``below - 1`` and ``above`` (the values nearest 0 on each side):
+    one log2 and one bincount for all the values of a piece."""
+    n = sum(int(piece.size) for piece in pieces)
     # log2 of each side's smallest and largest magnitude, by the same log2 as every value's below
     ends = np.log2(np.array([
         (low if above == 0 else float(ordered[above])) if above < n else 1.0, high if above < n else 1.0,
@@ -226,28 +300,33 @@ def _exponential(
     factor = math.ldexp(1.0, scale)
     firsts = [math.ceil(float(end) * factor) for end in ends]  # bucket index + 1 of each end
     spans = [firsts[1] - firsts[0] + 1 if above < n else 0, firsts[3] - firsts[2] + 1 if below else 0]
-    if below:
-        logs = np.log2(np.abs(array)) if above == below else _log2_nonzero(np, array)
-        logs *= factor
-        np.ceil(logs, out=logs)
-        # one bincount: positive bucket i at i - first, negative ones after them
-        logs -= np.where(array < 0, firsts[2] - spans[0], firsts[0])
-        if above > below:
-            logs[array == 0] = spans[0] + spans[1]
-    else:
-        logs = np.log2(array) if above == 0 else _log2_nonzero(np, array)
-        logs *= factor
-        np.ceil(logs, out=logs)
-        logs -= firsts[0]
-        if above > below:
-            logs[array == 0] = spans[0]
-    counts = np.bincount(logs.astype(np.intp), minlength=spans[0] + spans[1] + (above > below)).tolist()
-    if len(counts) != spans[0] + spans[1] + (above > below):
-        raise ArithmeticError(f"numpy's log2 is not monotonic here: {len(counts)} buckets for {spans}")
+    width = spans[0] + spans[1] + (above > below)
+    counts = None
+    for array in pieces:
+        if below:
+            logs = np.log2(np.abs(array)) if above == below else _log2_nonzero(np, array)
+            logs *= factor
+            np.ceil(logs, out=logs)
+            # one bincount: positive bucket i at i - first, negative ones after them
+            logs -= np.where(array < 0, firsts[2] - spans[0], firsts[0])
+            if above > below:
+                logs[array == 0] = spans[0] + spans[1]
+        else:
+            logs = np.log2(array) if above == 0 else _log2_nonzero(np, array)
+            logs *= factor
+            np.ceil(logs, out=logs)
+            logs -= firsts[0]
+            if above > below:
+                logs[array == 0] = spans[0]
+        found = np.bincount(logs.astype(np.intp), minlength=width)
+        if len(found) != width:
+            raise ArithmeticError(f"numpy's log2 is not monotonic here: {len(found)} buckets for {spans}")
+        counts = found if counts is None else counts + found
+    listed = [] if counts is None else counts.tolist()
     return (
         scale,
-        (firsts[0] - 1, tuple(counts[:spans[0]])) if spans[0] else (0, ()),
-        (firsts[2] - 1, tuple(counts[spans[0]:spans[0] + spans[1]])) if spans[1] else (0, ()),
+        (firsts[0] - 1, tuple(listed[:spans[0]])) if spans[0] else (0, ()),
+        (firsts[2] - 1, tuple(listed[spans[0]:spans[0] + spans[1]])) if spans[1] else (0, ()),
     )
 
 

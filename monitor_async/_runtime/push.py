@@ -36,11 +36,12 @@ from time import monotonic
 from time import time as _time
 from typing import Any
 
-from .._core.distribution import DEFAULT_QUANTILES, Distribution, Summary
+from .._core.distribution import DEFAULT_QUANTILES, Summary
 from .._core.policy import ErrorPolicy, describe, log
 from .._core.record import EMPTY_SOURCE, NO_DISTRIBUTIONS, Record, Source, new_record
 from .._core.threads import WorkerPool, wait_future
-from .._core.values import MAX_DEPTH, KeyCache, OnDevice, is_many, read
+from .._core.values import KeyCache, OnDevice, read
+from .copies import give_back, snapshot
 from .fanout import AlertFeed, Fanout
 
 __all__ = ["DRAIN_DELAY", "FAST_DELAY", "HOLD", "QUIET", "WAIT_FACTOR", "Pushes"]
@@ -67,87 +68,6 @@ _NAMES = 4096
 """Push names whose key caches are kept; more distinct names start the caches afresh."""
 
 _Push = tuple[Any, Any, Any, float]
-
-_PLAIN = frozenset({float, int, bool, str, type(None)})
-"""Value types a snapshot keeps as they are (immutable, and not mappings)."""
-
-
-def snapshot(metrics: Any, depth: int = 0) -> Any:
-    """A private copy of a pushed ``metrics``, nested mappings included, taken on the caller's thread.
-
-    Never raises: what cannot be read here is kept as it is, and the drain
-    reports it as an error of that push.
-
-    Examples:
-        >>> inner = {"lr": 0.1}
-        >>> copy = snapshot({"opt": inner})
-        >>> inner["lr"] = 9.0
-        >>> copy
-        {'opt': {'lr': 0.1}}
-    """
-    plain = _PLAIN
-    try:
-        if type(metrics) is dict:
-            copy = metrics.copy()
-            for value in copy.values():  # the common case: plain values only, one look at each type
-                if type(value) not in plain:
-                    break
-            else:
-                return copy
-        elif isinstance(metrics, Mapping) and depth < MAX_DEPTH:
-            copy = {key: metrics[key] for key in metrics}
-        else:
-            return metrics
-        array = _array
-        for key, value in copy.items():
-            kind = type(value)
-            if kind is array:  # the common array: copied whole (the caller may reuse it), summarised at the drain
-                if value.ndim:
-                    copy[key] = value.copy()
-            elif kind in plain:
-                continue
-            elif kind is dict or (kind is not list and isinstance(value, Mapping)):
-                if depth < MAX_DEPTH:
-                    copy[key] = snapshot(value, depth + 1)
-            elif is_many(value):
-                copy[key] = _own(value)
-        return copy
-    except Exception:  # noqa: BLE001 - read again on the loop, where its error is reported
-        return metrics
-
-
-class _NotSeen:
-    """Stands for numpy's array type until a push holds one (no value has this type)."""
-
-
-_array: type = _NotSeen
-"""``numpy.ndarray`` once a push held one: the type `snapshot` copies first."""
-
-
-def _own(value: Any) -> Any:
-    """A private copy of a value of many numbers, taken at the call and summarised at the drain.
-
-    A numpy array or CPU tensor is copied whole (one memcpy), a list shallowly; a tensor on another
-    device is copied on its device (no wait for the device), and to the host off the caller's thread.
-    """
-    kind = type(value)
-    if kind is list:
-        return value.copy()
-    if kind is tuple or kind is Summary or value is None:  # immutable (a Distribution of counts has no values)
-        return value
-    if kind is Distribution:
-        return Distribution(_own(value.values), quantiles=value.quantiles, bounds=value.bounds, counts=value.counts)
-    copy = getattr(value, "copy", None)  # numpy
-    if kind.__module__ == "numpy" and callable(copy):
-        if kind.__name__ == "ndarray":
-            global _array
-            _array = kind
-        return copy()
-    detach = getattr(value, "detach", None)  # torch
-    if callable(detach):
-        return detach().clone()
-    return list(value)  # another sequence: its items as they are now
-
 
 class Pushes:
     """The pushed values waiting for the monitor's loop, and how they become records.
@@ -358,6 +278,8 @@ class Pushes:
                 if self.alerts.on:
                     self.alerts.engine.rescan(name, metrics, self.source)
             emit(record)
+            if record.distributions is not NO_DISTRIBUTIONS:  # summarised: its arrays' copies are spares now
+                give_back(metrics)
         if left_out:
             self.fanout.counters.values_dropped += left_out
         if self._dropping and self._loop is None:  # no loop to see the streak end: it ends here

@@ -5,10 +5,14 @@ The guarantee: docs/guarantees.md#summaries-merge-exactly-and-every-sink-shows-t
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import subprocess
 import sys
 import textwrap
+import threading
+import time
+from typing import Any
 
 import numpy as np
 import pytest
@@ -17,7 +21,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from monitor_async import ConfigError
-from monitor_async._core.distribution import MAX_BUCKETS, MAX_SCALE, Distribution, coarsen, merge, summarize
+from monitor_async._core import distribution
+from monitor_async._core.distribution import (
+    HELD,
+    MAX_BUCKETS,
+    MAX_SCALE,
+    Distribution,
+    coarsen,
+    merge,
+    summarize,
+)
 
 QUANTILES = (0.0, 0.1, 0.5, 0.9, 0.99, 1.0)
 finite = st.floats(allow_nan=False, allow_infinity=False, width=64)
@@ -125,6 +138,92 @@ def test_nan_and_inf_are_counted_apart_and_an_empty_one_has_count_zero() -> None
     empty = summarize([])
     assert empty.count == 0 and empty.scalars() == {"count": 0.0} and empty.buckets() == []
     assert summarize([float("nan")] * 3).scalars() == {"count": 0.0, "nan_count": 3.0}
+
+
+def _data(kind: str, size: int) -> np.ndarray:
+    rng = np.random.default_rng(size)
+    values = rng.normal(size=size)
+    if kind == "positive":
+        return np.abs(values) + 1e-3
+    if kind == "negative":
+        return -np.abs(values) - 1e-3
+    if kind == "zeros":
+        values[::7] = 0.0
+        values[3] = -0.0
+        return values
+    if kind == "ties":
+        return np.round(values, 1)
+    if kind == "constant":
+        return np.full(size, 2.5)
+    if kind == "nonfinite":
+        values[::50] = np.nan
+        values[5] = np.inf
+        values[6] = -np.inf
+        return values
+    if kind == "wide":
+        return rng.lognormal(0.0, 20.0, size) * np.where(rng.random(size) < 0.5, -1.0, 1.0)
+    return values
+
+
+@pytest.mark.parametrize("size", [501, 1000, 1999, HELD])
+@pytest.mark.parametrize("kind", ["normal", "positive", "negative", "zeros", "ties", "constant", "nonfinite", "wide"])
+@pytest.mark.parametrize("bounds", [None, (-1.0, 0.0, 0.5, 2.0)])
+def test_an_array_summarised_in_pieces_is_the_summary_of_the_whole(
+    kind: str, size: int, bounds: tuple[float, ...] | None, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    values = _data(kind, size)
+    pieces = summarize(values, QUANTILES, bounds)
+    monkeypatch.setattr(distribution, "HELD", 0)  # every array whole, as numpy summarises it in one call each
+    whole = summarize(values, QUANTILES, bounds)
+    assert dataclasses.replace(pieces, sum=0.0) == dataclasses.replace(whole, sum=0.0)
+    assert pieces.sum == pytest.approx(whole.sum, rel=1e-12, abs=1e-9)
+    np.testing.assert_array_equal([v for _, v in pieces.quantiles], np.quantile(values[np.isfinite(values)], QUANTILES))
+
+
+@pytest.mark.parametrize("make", [
+    lambda a: a.astype(np.float32), lambda a: (a * 100).astype(np.int64), lambda a: a.reshape(10, -1),
+    lambda a: a[::2], lambda a: a.astype(">f8"), lambda a: torch.from_numpy(a.copy()),
+])
+def test_other_dtypes_and_layouts_summarised_in_pieces_match_the_whole(make: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    values = make(_data("normal", 2000))
+    pieces = summarize(values)
+    monkeypatch.setattr(distribution, "HELD", 0)
+    whole = summarize(values)
+    assert dataclasses.replace(pieces, sum=0.0) == dataclasses.replace(whole, sum=0.0)
+
+
+def test_a_summary_of_a_thousand_values_never_waits_for_the_gil() -> None:
+    """A thread summarising while another runs Python without a pause is never held up by it.
+
+    numpy releases the GIL in a call on more than 500 values, and the releasing thread then waits up
+    to the switch interval to have it back (here 50 ms, the default 5 ms made ten times as long):
+    eleven of numpy's calls for one summary could wait that long each. A summary in pieces of at most
+    500 values waits once, for the GIL to start with.
+    """
+    values = _data("normal", 1000)
+    summarize(values)  # numpy imported, everything warm
+    done = threading.Event()
+    took: list[float] = []
+
+    def summarise() -> None:
+        started = time.perf_counter()
+        for _ in range(20):
+            summarize(values)
+        took.append(time.perf_counter() - started)
+        done.set()
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(0.05)
+    try:
+        worker = threading.Thread(target=summarise)
+        worker.start()
+        spins = 0
+        while not done.is_set():  # pure Python, never releasing the GIL by itself
+            spins += 1
+        worker.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert took[0] < 0.5, f"20 summaries took {took[0]:.2f} s beside a busy thread: the GIL was released and waited for"
 
 
 def test_arrays_tensors_and_nested_lists_are_flattened() -> None:

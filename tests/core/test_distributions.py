@@ -11,6 +11,7 @@ import dataclasses
 import json
 import logging
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -177,6 +178,52 @@ async def test_a_push_is_summarised_as_it_was_at_the_call() -> None:
     assert record.metrics["learner/t/max"] == 1.0
     assert record.metrics["learner/l/count"] == 2.0
     assert record.metrics["learner/b/count"] == 3.0, "values already binned"
+
+
+async def test_pushes_copied_into_the_memory_of_earlier_ones_keep_their_own_values() -> None:
+    """A drained push's copy is reused by the next push of that size and dtype: each record keeps its own values."""
+    sink = MemorySink()
+    monitor = Monitor(sink)
+    rng = np.random.default_rng(3)
+    kinds: dict[str, Callable[[], np.ndarray]] = {
+        "flat": lambda: rng.normal(size=1000), "grid": lambda: rng.normal(size=(20, 50)),
+        "strided": lambda: rng.normal(size=2000)[::2], "single": lambda: rng.normal(size=1000).astype(np.float32),
+        "swapped": lambda: rng.normal(size=1000).astype(">f8"), "ints": lambda: rng.integers(0, 99, 1000),
+    }
+    sent: list[dict[str, np.ndarray]] = []
+    for _ in range(4):  # rounds: from the second on, the copies reuse the first round's memory
+        for _ in range(3):
+            pushed = {name: make() for name, make in kinds.items()}
+            kept = {name: value.copy() for name, value in pushed.items()}
+            monitor.log("learner", pushed, step=len(sent))
+            sent.append(kept)
+            for value in pushed.values():
+                value[...] = 0  # the caller reuses its arrays at once
+        await monitor.flush()
+    assert len(sink.records) == len(sent)
+    for record, kept in zip(sink.records, sent, strict=True):
+        for name, value in kept.items():
+            want = expected(value.astype(np.float64).ravel().tolist())
+            assert close({f: record.metrics[f"learner/{name}/{f}"] for f in FIELDS}, want), (record.step, name)
+
+
+async def test_a_push_never_lends_the_callers_own_arrays() -> None:
+    """A push the copy could not take whole is kept as the caller's: its arrays are never reused for later copies."""
+
+    class Unlistable(list[float]):
+        def __iter__(self) -> Any:
+            raise TypeError("not today")
+
+    sink = MemorySink()
+    monitor = Monitor(sink, on_error="warn")
+    mine = np.arange(1000.0)
+    monitor.log("learner", {"mine": mine, "odd": Unlistable([1.0])})  # summarised; "odd" left out
+    await monitor.flush()
+    assert sink.records[-1].metrics["learner/mine/max"] == 999.0
+    monitor.log("learner", {"other": np.ones(1000)})  # a copy of the same size and dtype: never into ``mine``
+    await monitor.flush()
+    assert mine.tolist() == list(range(1000))
+    assert sink.records[-1].metrics["learner/other/max"] == 1.0
 
 
 # ---------------------------------------------------------------------------- options
