@@ -34,6 +34,9 @@ __all__ = ["LoggerMonitor", "SyncMonitor"]
 T = TypeVar("T")
 
 
+_PUSHERS = 4096
+"""Push names whose checked ``log()`` a SyncMonitor keeps; past that, further names take the checked path each call."""
+
 class SyncMonitor:
     """A [Monitor][monitor_async.Monitor] for code that is not async. Safe to call from any thread.
 
@@ -68,6 +71,7 @@ class SyncMonitor:
     ) -> None:
         choice("SyncMonitor", "background", background, (True, False))
         self.monitor = Monitor(sinks, **options)
+        self._pushers: dict[str, Callable[[str, Any, Any, Any], None]] = {}  # log() by name, checked once
         self.monitor.own_loop = background  # a blocked loop is then the monitor's thread, not the caller's
         self.background = background
         grace = min(1.0, self.monitor.stop_timeout)  # for what is left when a loop ends
@@ -190,7 +194,16 @@ class SyncMonitor:
             if self._forked:  # inert in a forked child: nothing there would ever write it
                 return
             self._refuse_if_closed("log")
+        try:
+            push = self._pushers.get(name)  # a name already checked: Monitor.log without its check
+        except TypeError:  # unhashable: Monitor.log reports it
+            push = None
+        if push is not None:
+            push(name, metrics, step, time)
+            return
         self.monitor.log(name, metrics, step=step, time=time)
+        if type(name) is str and len(self._pushers) < _PUSHERS:
+            self._pushers[name] = self.monitor.pusher(name)
 
     def unwatch(self, name: str) -> None:
         """Stops polling the named target."""
