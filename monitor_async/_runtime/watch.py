@@ -260,7 +260,7 @@ class Watch(Slots):
             # wandb keep one value per step) would only repeat it
             return None, dropped
         self.last_step = step
-        if since is not None and now - since < 0.5 * self.interval and (force or self.slots.running):
+        if since is not None and now - since < 0.5 * self.interval and (force or self.running):
             # a rate over a sliver of time (the final snapshot right after the last poll) is noise:
             # left out, and the baseline kept, so the next rate spans the whole time since it
             self.last_log_time = now
@@ -296,7 +296,7 @@ class Watch(Slots):
         if metrics is None:
             return None
         now = _monotonic()
-        if now <= since or (self.slots.running and now - since < 0.5 * self.interval):
+        if now <= since or (self.running and now - since < 0.5 * self.interval):
             return None
         return self._logged(metrics, now, since, None if self.step_key is None else self._step(metrics))
 
