@@ -386,11 +386,11 @@ class Monitor:
             self._registry.claim_push_name(name)
         self._pushes.push(name, metrics, step, time)
 
-    def pusher(self, name: str) -> Callable[[str, Any, Any, Any], None]:
-        """``push(name, metrics, step, time)``: ``log()`` without its check of ``name``, claimed here once."""
+    def pusher(self, name: str, owned: bool = False) -> Callable[[str, Any, Any, Any], None]:
+        """``push(name, metrics, step, time)``: ``log()`` without its check of ``name`` (``owned``: nor its copy)."""
         if name not in self._registry.pushed:
             self._registry.claim_push_name(name)
-        return self._pushes.push
+        return self._pushes.push_owned if owned else self._pushes.push
 
     # --------------------------------------------------------------- manual mode
     async def step(self) -> dict[str, dict[str, float]]:

@@ -137,6 +137,14 @@ class Pushes:
         if len(items) >= self._bar:
             self._busy()
 
+    def push_owned(self, name: Any, metrics: dict[str, Any], step: Any, when: Any = None) -> None:
+        """`push` of a dict made for this push alone, of plain values (a writer's ``{tag: value}``): queued as it is."""
+        next(self._count)
+        items = self._items
+        items.append((name, metrics, step, _time() if when is None else when))
+        if len(items) >= self._bar:
+            self._busy()
+
     def _busy(self) -> None:
         """What a push does beyond queueing, as ``_bar`` says: schedules a drain, or says a first drop.
 

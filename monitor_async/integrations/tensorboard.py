@@ -247,7 +247,7 @@ class SummaryWriter:
             self._own.start()
             core = self._own.monitor
         self._core = core
-        self._names: dict[str, tuple[str, str, Callable[..., None]]] = {}
+        self._names: dict[str, tuple[str, str, Callable[..., None], Callable[..., None]]] = {}
         self._steps: dict[str, int] = {}
         self._lock = threading.Lock()
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
@@ -290,7 +290,7 @@ class SummaryWriter:
             global_step, walltime = self._stamp(tag, global_step, walltime)
         if scalar_value - scalar_value != 0.0:  # NaN or inf: kept in the event file, and told to the alerts
             walltime = self._nonfinite(tag, scalar_value, global_step, walltime)
-        names[2](names[0], {names[1]: scalar_value}, global_step, walltime)
+        names[3](names[0], {names[1]: scalar_value}, global_step, walltime)  # a float in a dict of its own: not copied
 
     def add_scalars(
         self, main_tag: str, tag_scalar_dict: Mapping[str, Any], global_step: Any = None, walltime: Any = None
@@ -419,8 +419,9 @@ class SummaryWriter:
         return self._sync
 
     # ---------------------------------------------------------------- inside
-    def _name(self, tag: Any) -> tuple[str, str, Callable[..., None]]:
-        """The push name, key and push of a tag not seen yet; refuses what TensorBoard's protobuf refuses."""
+    def _name(self, tag: Any) -> tuple[str, str, Callable[..., None], Callable[..., None]]:
+        """The push name, key, push and push of a dict made for it of a tag not seen yet; refuses what
+        TensorBoard's protobuf refuses."""
         if not isinstance(tag, str):
             raise TypeError(f"SummaryWriter: a tag must be a str, got {type(tag).__name__}")
         if not tag:
@@ -431,7 +432,7 @@ class SummaryWriter:
         push = self._core.pusher(head)
         if len(self._names) >= _MAX_SPLITS:
             self._names.clear()
-        names = self._names[tag] = (head, key, push)
+        names = self._names[tag] = (head, key, push, self._core.pusher(head, owned=True))
         return names
 
     def _stamp(self, tag: str, global_step: Any, walltime: Any) -> tuple[int, float | None]:
