@@ -200,17 +200,7 @@ def _float64(np: Any, array: Any) -> Any:
 def _summary_of_array(np: Any, array: Any, quantiles: Sequence[float], bounds: Sequence[float] | None) -> Summary:
     if CHUNK < array.size <= HELD:
         return _summary_held(np, array, quantiles, bounds)
-    with np.errstate(over="ignore"):  # finite values whose sum is past the largest float: the sum is inf
-        total = float(array.sum())
-    nans = infs = 0
-    if not math.isfinite(total):  # a NaN or an inf inside (or finite values whose sum overflows)
-        finite = np.isfinite(array)
-        kept = int(np.count_nonzero(finite))
-        if kept < array.size:
-            nans = int(np.count_nonzero(np.isnan(array)))
-            infs = array.size - kept - nans
-            array = array[finite]
-            total = float(array.sum())
+    (array,), total, nans, infs = _finite(np, [array])
     n = int(array.size)
     if n == 0:
         return _empty(quantiles, bounds, nans, infs)
@@ -234,32 +224,35 @@ def _summary_of_array(np: Any, array: Any, quantiles: Sequence[float], bounds: S
     return Summary(n, total, low, high, figures, nans, infs, scale, above - below, positive, negative)
 
 
+def _finite(np: Any, pieces: list[Any]) -> tuple[list[Any], float, int, int]:
+    """``pieces`` (arrays) without their NaN and inf, the sum of what is left, and how many NaN and inf there were."""
+    with np.errstate(over="ignore"):  # finite values whose sum is past the largest float: the sum is inf
+        total = sum([float(piece.sum()) for piece in pieces], -0.0)  # -0.0: one piece's sum as it is
+        if math.isfinite(total):
+            return pieces, total, 0, 0
+        nans = infs = 0  # a NaN or an inf inside (or finite values whose sum overflows)
+        kept = []
+        for piece in pieces:
+            finite = np.isfinite(piece)
+            count = int(np.count_nonzero(finite))
+            if count < piece.size:
+                nan = int(np.count_nonzero(np.isnan(piece)))
+                nans += nan
+                infs += int(piece.size) - count - nan
+                piece = piece[finite]
+            kept.append(piece)
+        if nans or infs:
+            total = sum([float(piece.sum()) for piece in kept], -0.0)
+        return kept, total, nans, infs
+
+
 def _summary_held(np: Any, array: Any, quantiles: Sequence[float], bounds: Sequence[float] | None) -> Summary:
     """`_summary_of_array` in pieces of at most ``CHUNK`` values, holding the GIL throughout (see ``HELD``).
 
     The sort is Python's (numpy's releases the GIL at any size); the quantiles, the extremes and the
     values nearest 0 are read from it, the buckets counted piece by piece.
     """
-    pieces = [array[i:i + CHUNK] for i in range(0, int(array.size), CHUNK)]
-    with np.errstate(over="ignore"):  # finite values whose sum is past the largest float: the sum is inf
-        total = sum([float(piece.sum()) for piece in pieces])
-    nans = infs = 0
-    if not math.isfinite(total):  # a NaN or an inf inside (or finite values whose sum overflows)
-        kept_pieces = []
-        for piece in pieces:
-            finite = np.isfinite(piece)
-            kept = int(np.count_nonzero(finite))
-            if kept < piece.size:
-                nan = int(np.count_nonzero(np.isnan(piece)))
-                nans += nan
-                infs += int(piece.size) - kept - nan
-                piece = piece[finite]
-            if piece.size:
-                kept_pieces.append(piece)
-        pieces = kept_pieces
-        if nans or infs:
-            with np.errstate(over="ignore"):
-                total = sum([float(piece.sum()) for piece in pieces])
+    pieces, total, nans, infs = _finite(np, [array[i:i + CHUNK] for i in range(0, int(array.size), CHUNK)])
     ordered: list[float] = []
     for piece in pieces:
         ordered += piece.tolist()
