@@ -40,8 +40,8 @@ from typing import Any
 
 from monitor_async import Alert, AlertEvent, Monitor
 
-from ._common import NoopSink, Row, loop_window
-from .bench_scale import Tiny, _on_time
+from ._common import NoopSink, Row, loop_window, on_time
+from .bench_scale import Tiny
 
 __all__ = ["main", "run"]
 
@@ -209,7 +209,7 @@ def _cost(
             wall0, wall1, cpu0, cpu1, stats = asyncio.run(_scale(watched, interval, warmup, seconds, rules))
             kept = slots = 0
             for target in watched:
-                hit, n = _on_time(target.times, wall0, wall1, interval, tolerance)
+                hit, n = on_time(target.times, wall0, wall1, interval, tolerance)
                 kept += hit
                 slots += n
             pair[rules] = {"share": (cpu1 - cpu0) / (wall1 - wall0), "on_time": kept / slots if slots else 0.0,

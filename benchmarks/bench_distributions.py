@@ -40,8 +40,7 @@ import numpy as np
 
 from monitor_async import Monitor, SyncMonitor
 
-from ._common import NoopSink, Row, loop_window, quiet
-from .bench_scale import _on_time
+from ._common import NoopSink, Row, loop_window, on_time, quiet
 
 __all__ = ["run"]
 
@@ -182,7 +181,7 @@ async def _fleet(many: bool, targets: int, interval: float, warmup: float, secon
         wall0, wall1, cpu0, cpu1 = await loop_window(warmup, seconds)
     kept = slots = 0
     for target in watched:
-        k, n = _on_time(target.times, wall0, wall1, interval, 0.05)
+        k, n = on_time(target.times, wall0, wall1, interval, 0.05)
         kept += k
         slots += n
     stats = monitor.stats()

@@ -20,7 +20,7 @@ from pathlib import Path
 from monitor_async import Alert, Record
 
 from . import bench_alerts, bench_scale, bench_trainer
-from ._common import Bare, ClockedKeys, Row, TwelveKeys, slot_share
+from ._common import Bare, ClockedKeys, Row, TwelveKeys, on_time, slot_share
 from .report import fmt_goal
 
 __all__ = ["CHECKS"]
@@ -31,6 +31,16 @@ def slot_share_counts_each_slot_once() -> None:
     # slots of 0.1 s from 0: on time, a burst in slot 1, nothing in slot 2, a late poll in slot 3
     assert slot_share([0.01, 0.11, 0.12, 0.13, 0.35], 0.0, 0.4, 0.1) == (3, 4)
     assert slot_share([], 0.0, 1.0, 0.5) == (0, 2)
+
+
+def on_time_reads_the_slots_from_the_first_polls() -> None:
+    """A first poll made late at start-up moves no later slot; a late poll in the window is counted late."""
+    # slots at 0, 1, 2...: the first poll 60 ms late, then on its slots, the one at 5 s 80 ms late
+    times = [0.06, 1.0, 2.0, 3.0, 4.0, 5.08, 6.0, 7.0]
+    assert on_time(times, 0.5, 7.5, 1.0, 0.05) == (5, 6), on_time(times, 0.5, 7.5, 1.0, 0.05)
+    # two slots skipped after start-up: the slots are still read from the polls that came
+    assert on_time([0.0, 3.0, 4.0, 5.0], 0.5, 5.5, 1.0, 0.05) == (2, 4)
+    assert on_time([], 0.0, 1.0, 0.5, 0.05) == (0, 0)
 
 
 def bookkeeping_floor_makes_the_records_floors_records() -> None:
@@ -108,6 +118,7 @@ def learner_targets_carry_two_default_counters() -> None:
 
 CHECKS: dict[str, Callable[[], None]] = {
     "slot_share": slot_share_counts_each_slot_once,
+    "on_time": on_time_reads_the_slots_from_the_first_polls,
     "bookkeeping_floor": bookkeeping_floor_makes_the_records_floors_records,
     "floor_goal": floor_goal_survives_json,
     "plain_thread": plain_thread_appends_csvsink_rows,

@@ -65,9 +65,10 @@ def test_hung_target_scenario_runs_and_stops_in_bounded_time(tmp_path: Path) -> 
     assert all(0.0 <= r["ours"] <= 1.0 and r["unit"] == "share" for r in rows)
 
 
-@pytest.mark.parametrize("check", ["slot_share", "bookkeeping_floor", "floor_goal", "plain_thread", "bare_floor"])
+@pytest.mark.parametrize("check", ["slot_share", "on_time", "bookkeeping_floor", "floor_goal", "plain_thread", "bare_floor"])
 def test_the_suites_own_floors_and_helpers_do_what_they_claim(check: str) -> None:
-    # slot_share: each slot counts once, a late poll leaves its slot empty; bookkeeping_floor: scenario 7's
+    # slot_share: each slot counts once, a late poll leaves its slot empty; on_time: scenario 7's slots are read
+    # from a target's first polls, so a first poll late at start-up moves no later slot; bookkeeping_floor: scenario 7's
     # least-bookkeeping floor makes the records floor's records and skips missed slots; floor_goal: a floor
     # goal holds ours to a multiple of the floor and survives JSON; plain_thread: scenario 6's plain thread
     # appends the rows CSVSink writes; bare_floor: the CSV floor polls every target into rows with rates
