@@ -318,3 +318,17 @@ async def test_patterns_name_the_watches_and_keys_fnmatch_names() -> None:
         ("exact", "learner", "firing"), ("ranged", "fleet_0", "firing"), ("ranged", "fleet_2", "firing"),
         ("suffix", "fleet_10", "firing"),
     ]
+
+
+def test_the_rules_timer_looks_as_often_as_the_fastest_watch_added_or_left() -> None:
+    # the period is kept between looks (not found again over every watch at each one), so a watch
+    # that comes or goes must change it: a faster watch is looked at as often as it is polled
+    monitor = Monitor(MemorySink(), poll_interval=1.0, alerts=[Alert.stalled("*/frames", after=60.0)])
+    monitor.watch(Moving(), name="slow")
+    assert monitor._alerts.period() == 1.0
+    monitor.watch(Moving(), name="fast", poll_interval=0.05)
+    assert monitor._alerts.period() == 0.05
+    monitor.unwatch("fast")
+    assert monitor._alerts.period() == 1.0
+    monitor.alert(Alert.stalled("*/frames", name="soon", after=2.0))
+    assert monitor._alerts.period() == 0.5

@@ -55,6 +55,7 @@ class Engine:
         self.notifiers: dict[int, Notifier] = {}
         self.monitor_notify = [self._notifier(fn) for fn in notify]
         self.watches: dict[str, float] = {}  # name: poll interval
+        self._period: float | None = None  # the timer's period, found again when a rule or watch comes or goes
         self.watch_objects: dict[str, Any] = {}  # name: its Watch (target, last logged snapshot)
         self.quiet_groups: dict[str, QuietWatches] = {}  # a quiet rule's name: its watches
         self.idle: dict[str, int] = {}
@@ -121,6 +122,7 @@ class Engine:
         if any(r.name == rule.name and r.kind == rule.kind and r.target == rule.target for r in self.rules):
             return
         self.rules.append(rule)
+        self._period = None
         if rule.kind == "nonfinite":
             self.scan_nonfinite = True
         if rule.kind == "quiet":
@@ -155,6 +157,7 @@ class Engine:
         ``watch`` (the `Watch`) lets ``quiet`` read the time of its last logged snapshot.
         """
         self.watches[name] = interval
+        self._period = None
         self.watch_objects[name] = watch
         self.targets[name] = target
         for rule in self.rules:
@@ -167,6 +170,7 @@ class Engine:
 
     def remove_watch(self, name: str) -> None:
         self.watches.pop(name, None)
+        self._period = None
         self.watch_objects.pop(name, None)
         self.targets.pop(name, None)
         for group in self.quiet_groups.values():
@@ -224,13 +228,16 @@ class Engine:
 
     def period(self) -> float:
         """How often the timer looks: ``min(after / 4, 1 s, the shortest poll interval)``, at least 20 ms."""
+        if self._period is not None:
+            return self._period
         period = 1.0
         for rule in self.rules:
             if rule.after and rule.kind != "blocked":  # a blocked loop is LoopLag's to notice
                 period = min(period, rule.after / 4)
         for interval in self.watches.values():
             period = min(period, interval)
-        return max(period, _FLOOR)
+        self._period = max(period, _FLOOR)
+        return self._period
 
     # ------------------------------------------------------------- observing
     def observe(self, record: Record) -> None:
