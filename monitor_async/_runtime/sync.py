@@ -37,6 +37,7 @@ T = TypeVar("T")
 _PUSHERS = 4096
 """Push names whose checked ``log()`` a SyncMonitor keeps; past that, further names take the checked path each call."""
 
+
 class SyncMonitor:
     """A [Monitor][monitor_async.Monitor] for code that is not async. Safe to call from any thread.
 
