@@ -76,9 +76,4 @@ class Fanout:
             put(record)
         alerts = self.alerts
         if alerts.on:
-            engine = alerts.engine
-            if record.distributions:  # NaN or inf inside a distribution: the nonfinite rules
-                engine.many(record)
-            # the names no rule wants are skipped while their snapshot keeps its size (see `Engine.idle`)
-            if engine.idle.get(record.name) != len(record.metrics):
-                engine.observe(record)
+            alerts.engine.observe(record)

@@ -30,6 +30,7 @@ from .trackers import Nonfinite, NonfiniteMany, Quiet, QuietWatches, Stalled, Th
 __all__ = ["Engine"]
 
 _FLOOR = 0.02
+_monotonic = time.monotonic
 """The shortest period of the rules' timer (seconds)."""
 
 _Bound = tuple[int, tuple[Track, ...]]
@@ -241,25 +242,35 @@ class Engine:
 
     # ------------------------------------------------------------- observing
     def observe(self, record: Record) -> None:
-        """A record reached the fan-out: the trackers of its name update (and may fire or resolve)."""
+        """A record reached the fan-out: the trackers of its name update (and may fire or resolve).
+
+        A distribution's NaN and inf go to `many`; the records of a name no rule
+        wants are passed over while its snapshot keeps its size (see `idle`).
+        """
         if self.paused_at is not None:
             return
+        if record.distributions:
+            self.many(record)
         metrics = record.metrics
-        entry = self.bound.get(record.name)
+        name = record.name
+        entry = self.bound.get(name)
         if entry is None or entry[0] != len(metrics):
-            entry = self._bind(record.name, metrics, record.source)
+            if self.idle.get(name) == len(metrics):
+                return
+            entry = self._bind(name, metrics, record.source)
         tracks = entry[1]
         if tracks:
-            now = time.monotonic() - self.offset  # `clock()` while running, without the call
+            now = _monotonic() - self.offset  # `clock()` while running, without the call
             for track in tracks:
                 stalled = track.plain
                 if stalled is not None:  # a counter that moves, as at most records: `Stalled.update`'s common case
                     value = metrics.get(stalled.metric)  # type: ignore[arg-type]
-                    unless = stalled.unless
-                    if value is not None and value != stalled.value and (unless is None or not metrics.get(unless)):
-                        stalled.value = value
-                        stalled.last_increase = now
-                        continue
+                    if value is not None and value != stalled.value:
+                        unless = stalled.unless
+                        if unless is None or not metrics.get(unless):
+                            stalled.value = value
+                            stalled.last_increase = now
+                            continue
                 track.update(metrics, now)
 
     def polled(self, name: str, metrics: Mapping[str, float] | None, source: Mapping[str, Any]) -> None:
