@@ -150,6 +150,8 @@ class Watch(Slots):
         "unlogged",
         "on_record",
         "resumed_step",
+        "moved",
+        "latest",
     )
 
     def __init__(
@@ -216,6 +218,9 @@ class Watch(Slots):
         self.capped = False
         self.unlogged: dict[str, float] | None = None  # the values of the last poll the schedule did not log
         self.resumed_step: int | None = None  # a resumed launch: the step this watch had at the checkpoint
+        self.moved: dict[str, float] | None = None
+        """When each counter last changed (``monotonic()`` of the record), once a stalled rule reads it (`note_moves`)."""
+        self.latest: Mapping[str, float] = _NO_COUNTERS  # the metrics of the last record logged, while ``moved`` is kept
         # no schedule, no rate named like a counter, no record hook: the fast read may take the poll
         self.plain = schedule is None and not self.rates_overlap and on_record is None
         # a thread-offloaded stats() is flattened on its worker thread (see prepare)
@@ -242,7 +247,7 @@ class Watch(Slots):
         # no schedule and not the first poll: always due (the common case, without a call)
         if not (force or (since is not None and self.schedule is None) or self._due(metrics, now, since is None)):
             if since is None:
-                self.baseline = self._counters(metrics)
+                self._rebase(self._counters(metrics), metrics, now)
                 self.baseline_time = now
             self.unlogged = metrics
             return None, dropped
@@ -251,7 +256,7 @@ class Watch(Slots):
             # a resumed watch back at its checkpoint's step: the launch it resumes logged that step
             # (one value per step); the baseline starts here, so the first rate is within this launch
             self.resumed_step = None
-            self.baseline = self._counters(metrics)
+            self._rebase(self._counters(metrics), metrics, now)
             self.baseline_time = now
             self.unlogged = metrics
             return None, dropped
@@ -271,7 +276,7 @@ class Watch(Slots):
         counters = self._counters(metrics)
         if since is not None and now > since:
             self._add_rates(counters, metrics, now - since)
-        self.baseline = counters
+        self._rebase(counters, metrics, now)
         self.baseline_time = self.last_log_time = now
         self.has_logged = True
         self.last_step = step
@@ -334,6 +339,7 @@ class Watch(Slots):
         if self.keys.added != self.rates_seen:
             self._find_rates()
         counters = _NO_COUNTERS
+        moved = self.moved
         if self.rates_live:
             counters = {}
             elapsed = now - since
@@ -345,6 +351,10 @@ class Watch(Slots):
                     previous = baseline.get(key)
                     if previous is not None and current >= previous:
                         metrics[rate] = (current - previous) / elapsed
+                    if moved is not None and current != previous:
+                        moved[key] = now
+        if moved is not None:
+            self.latest = metrics
         self.baseline = counters
         self.baseline_time = self.last_log_time = now
         self.has_logged = True
@@ -371,6 +381,32 @@ class Watch(Slots):
         seen = set(self.keys.names.values())
         self.rates_live = tuple(pair for pair in self.rate_pairs if pair[0] in seen)
         self.rates_seen = added
+
+    def note_moves(self, key: str) -> bool:
+        """Keeps, from now on, when each counter last changed (``moved``) and the last record's metrics (``latest``).
+
+        What a stalled rule on counter ``key`` (namespaced) of this watch
+        reads at the timer's looks instead of each record. ``False`` (nothing
+        kept) when ``key`` is not one of its rates' counters, or the watch has
+        a schedule or rates that overlap its counters: its records then do
+        not all pass through the counters' one pass.
+        """
+        if self.schedule is not None or self.rates_overlap or all(key != counter for counter, _ in self.rate_pairs):
+            return False
+        if self.moved is None:
+            self.moved = {}
+        return True
+
+    def _rebase(self, counters: dict[str, float], metrics: Mapping[str, float], now: float) -> None:
+        """Keeps ``counters`` as the next rates' baseline (and, when `note_moves` asked, when each changed)."""
+        moved = self.moved
+        if moved is not None:
+            old = self.baseline
+            for key, value in counters.items():
+                if old.get(key) != value:
+                    moved[key] = now
+            self.latest = metrics
+        self.baseline = counters
 
     def _counters(self, metrics: Mapping[str, float]) -> dict[str, float]:
         """The values rates are derived from (read before any rate is added)."""
