@@ -76,4 +76,8 @@ class Fanout:
             put(record)
         alerts = self.alerts
         if alerts.on:
-            alerts.engine.observe(record)
+            engine = alerts.engine
+            # a name no rule wants a record of is passed over while its snapshot keeps its size (see
+            # `Engine.idle`): with its rules reading the watch, a watched target's records are such
+            if engine.idle.get(record.name) != len(record.metrics) or record.distributions:
+                engine.observe(record)

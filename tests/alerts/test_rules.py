@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from monitor_async import Alert, AlertEvent, ConfigError, Monitor, SyncMonitor
+from monitor_async import Alert, AlertEvent, ConfigError, Every, Monitor, SyncMonitor
 from monitor_async.backends import MemorySink
 from tests.support.checks import wait_until
 from tests.support.sinks import Events
@@ -332,3 +332,50 @@ def test_the_rules_timer_looks_as_often_as_the_fastest_watch_added_or_left() -> 
     assert monitor._alerts.period() == 1.0
     monitor.alert(Alert.stalled("*/frames", name="soon", after=2.0))
     assert monitor._alerts.period() == 0.5
+
+
+async def test_a_counter_still_across_stop_and_start_stalls_after_after_seconds_of_running_time() -> None:
+    # a stalled rule on a watch's counter reads when it last moved from the watch at the timer's looks:
+    # the moves before stop() are read before the clock stops, so the time stopped never counts
+    events = Events()
+    target = Moving()
+    after = 0.6
+    monitor = Monitor(MemorySink(), poll_interval=INTERVAL, notify=events,
+                      alerts=[Alert.stalled("c/frames", after=after)])
+    monitor.watch(target, name="c")
+    await monitor.start()
+    await wait_until(lambda: target.frames >= 800)  # moving for less than after: the rule has not looked yet
+    target.running = False  # still from here on, the final snapshot included: the last move was just before stop()
+    await monitor.stop()
+    await asyncio.sleep(2 * after)
+    await monitor.start()
+    started = time.monotonic()
+    await asyncio.sleep(after / 2)
+    assert _fired(events, "stalled c/frames") == [], "the time stopped counted toward after"
+    await wait_until(lambda: bool(_fired(events, "stalled c/frames")), what="the stall")
+    assert time.monotonic() - started <= after + 2 * INTERVAL + 0.3
+    await monitor.stop()
+
+
+@pytest.mark.parametrize("every", [None, Every.seconds(2 * INTERVAL)], ids=["each poll", "a schedule"])
+async def test_a_stall_fires_and_resolves_on_a_watch_with_or_without_a_schedule(every: Every | None) -> None:
+    # without a schedule the rule reads the watch's counters; with one it reads the records: the same events
+    events = Events()
+    target = Moving(completed=0)
+    after = 0.4
+    monitor = Monitor(MemorySink(), poll_interval=INTERVAL, notify=events,
+                      alerts=[Alert.stalled("w/frames", after=after, unless="completed")])
+    monitor.watch(target, name="w", schedule=every)
+    async with monitor:
+        await wait_until(lambda: target.frames >= 300)
+        target.running = False
+        stopped = time.monotonic()
+        await wait_until(lambda: bool(_fired(events, "stalled w/frames")), what="the stall")
+        assert time.monotonic() - stopped <= after + 3 * INTERVAL + 0.3
+        assert f"last value {target.frames}" in _fired(events, "stalled w/frames")[0].message
+        target.running = True
+        await wait_until(lambda: ("stalled w/frames", "resolved") in events.states(), what="the resolve")
+        target.extra["completed"] = 1  # finished: held, no second episode
+        target.running = False
+        await asyncio.sleep(3 * after)
+        assert len(_fired(events, "stalled w/frames")) == 1

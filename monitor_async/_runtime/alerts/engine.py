@@ -25,7 +25,17 @@ from ..._core.policy import describe, log
 from ..._core.record import EMPTY_SOURCE, Record, Source
 from ..._core.values import nonfinite_values
 from ..notify import Notifier, log_event
-from .trackers import Nonfinite, NonfiniteMany, Quiet, QuietWatches, Stalled, Threshold, Track, Unhealthy
+from .trackers import (
+    Nonfinite,
+    NonfiniteMany,
+    Quiet,
+    QuietWatches,
+    Stalled,
+    Threshold,
+    Track,
+    Unhealthy,
+    WatchStalled,
+)
 
 __all__ = ["Engine"]
 
@@ -106,6 +116,9 @@ class Engine:
         if self.paused_at is None:
             for group in self.quiet_groups.values():  # the last logged snapshots, read before time stops
                 group.sync()
+            for track in self.tracks.values():  # the counters' last moves, read before time stops
+                if type(track) is WatchStalled:
+                    track.look()
             self.paused_at = time.monotonic()
 
     # ----------------------------------------------------------------- rules
@@ -215,10 +228,10 @@ class Engine:
         return track
 
     def _timed(self, track: Track) -> None:
-        """The timer looks at ``track``: an ``Unhealthy`` at every look, the others from their ``due`` time on."""
-        if isinstance(track, Unhealthy):
+        """The timer looks at ``track``: an ``Unhealthy`` (or a watchful `WatchStalled`) at every look, the others from their ``due`` time on."""
+        if isinstance(track, Unhealthy) or (type(track) is WatchStalled and track.watchful):
             self.timed.setdefault(track)
-        elif track not in self.waiting:
+        elif track not in self.waiting and track not in self.timed:
             self.waiting[track] = None
             self.soon(track.due())
 
@@ -335,6 +348,15 @@ class Engine:
                 after = float(rule.after or 0.0)
                 if rule.auto and name in self.watches:
                     after = max(after, 10 * self.watches[name])
+                of = self.watch_objects.get(name)
+                if of is not None and (source is self.source or source == self.source) and of.note_moves(key):
+                    # a counter of a watch of this process: read from the watch, not from each record
+                    track = self._get(rule, name, key, source, partial(WatchStalled, self, rule, name, key, source, after, of))
+                    if type(track) is WatchStalled:
+                        if track.value is None:
+                            track.update(metrics, self.clock())  # its first value, from the record that bound it
+                        self._timed(track)
+                        continue
                 make: Callable[[], Track] = partial(Stalled, self, rule, name, key, source, after)
             else:
                 make = partial(Threshold, self, rule, name, key, source)
@@ -429,6 +451,10 @@ class Engine:
         now = self.clock()
         for track in list(self.timed):
             track.check(now)
+            if type(track) is WatchStalled and not track.watchful:  # resolved or released: from its due time on
+                del self.timed[track]
+                self.waiting[track] = None
+                self.soon(track.due())
         if now >= self.wake_at:
             self._wake(now)
 
@@ -438,6 +464,10 @@ class Engine:
         wake_at = math.inf
         for track in list(self.waiting):
             track.check(now)
+            if type(track) is WatchStalled and track.watchful:  # fired or held: at every look until it ends
+                del self.waiting[track]
+                self.timed[track] = None
+                continue
             due = track.due()
             if due < wake_at:
                 wake_at = due

@@ -18,7 +18,10 @@ from ..._core.policy import describe
 from ..._core.text import clock
 from ..._core.threads import RaisedOnThread, on_thread, wait_future
 
-__all__ = ["Host", "Nonfinite", "NonfiniteMany", "Quiet", "QuietWatches", "Stalled", "Threshold", "Track", "Unhealthy"]
+__all__ = [
+    "Host", "Nonfinite", "NonfiniteMany", "Quiet", "QuietWatches", "Stalled", "Threshold", "Track", "Unhealthy",
+    "WatchStalled",
+]
 
 
 class Host(Protocol):
@@ -112,13 +115,7 @@ class Stalled(Track):
     def update(self, metrics: Mapping[str, float], now: float) -> None:
         unless = self.unless
         if unless is not None and (self.held or unless in metrics):  # most snapshots have no such key
-            held = bool(metrics.get(unless))
-            if held != self.held:
-                self.held = held
-                if held and self.firing:
-                    self.resolve(f"{self.metric}{self.where}: {unless} is set, the stall is expected")
-                elif not held:
-                    self.engine.soon(self.last_increase + self.after)
+            self._hold(bool(metrics.get(unless)))
         value = metrics.get(self.metric)  # type: ignore[arg-type]
         if value is None:
             return
@@ -133,6 +130,15 @@ class Stalled(Track):
             self.check(now)
         self.plain = None if self.firing or self.held else self
 
+    def _hold(self, held: bool) -> None:
+        """``unless`` is set (``held``) or not in the latest snapshot."""
+        if held != self.held:
+            self.held = held
+            if held and self.firing:
+                self.resolve(f"{self.metric}{self.where}: {self.unless} is set, the stall is expected")
+            elif not held:
+                self.engine.soon(self.last_increase + self.after)
+
     def due(self) -> float:
         return math.inf if self.firing or self.held or self.value is None else self.last_increase + self.after
 
@@ -144,6 +150,49 @@ class Stalled(Track):
                 f"{self.metric}{self.where} has not increased for {_seconds(now - self.last_increase)} "
                 f"(last value {_value_text(self.value)} at {clock(at)})"
             ))
+
+
+class WatchStalled(Stalled):
+    """`Stalled` on a counter of a watch of this process: read from the watch at the timer's looks, not per record.
+
+    The watch notes when each of its counters last changed (``Watch.moved``,
+    in the one pass over its counters that makes their rates) and keeps its
+    last record's metrics (``Watch.latest``); `look` reads them into this
+    tracker. A healthy tracker is looked at from its `due` time on, so a
+    fleet of moving counters costs one pass per ``after``; one that fires or
+    is held by ``unless`` at every look of the timer (`watchful`), so that it
+    resolves or is released within one look.
+    """
+
+    __slots__ = ("of",)
+
+    def __init__(
+        self, engine: Host, rule: Alert, watch: str, metric: str, source: Mapping[str, Any], after: float, of: Any,
+    ) -> None:
+        super().__init__(engine, rule, watch, metric, source, after)
+        self.of = of  # the Watch
+
+    @property
+    def watchful(self) -> bool:
+        """Whether the timer looks at it at every look (firing or held), not from its `due` time on."""
+        return self.firing or self.held
+
+    def look(self) -> None:
+        """Reads the watch: when the counter last changed (a move before the last ``stop()`` maps earlier: ignored)."""
+        of = self.of
+        latest = of.latest
+        at = of.moved.get(self.metric)
+        if at is not None and at - self.engine.offset > self.last_increase:
+            self.last_increase = at - self.engine.offset
+            self.value = latest.get(self.metric, self.value)
+            if self.firing:
+                self.resolve(f"{self.metric}{self.where} moves again (now {_value_text(self.value)})")
+        if self.unless is not None:
+            self._hold(bool(latest.get(self.unless)))
+
+    def check(self, now: float) -> None:
+        self.look()
+        super().check(now)
 
 
 class Quiet(Track):
