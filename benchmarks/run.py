@@ -67,7 +67,7 @@ SCENARIOS: dict[str, Scenario] = {
     "hung_target": Scenario("bench_cadence", "run_hung_target", {}, {"seconds": 1.0}),
     "slow_io": Scenario("bench_cadence", "run_slow_io", {}, {"targets": 50, "seconds": 1.5}),
     "trainer": Scenario("bench_trainer", "run", {}, {"seconds": 1.0, "repeat": 1}),
-    "scale": Scenario("bench_scale", "run", {}, {"targets": 2000, "warmup": 1.0, "seconds": 2.0}),
+    "scale": Scenario("bench_scale", "run", {}, {"targets": 2000, "warmup": 1.0, "seconds": 2.0, "rounds": 1}),
     "memory": Scenario("bench_memory", "run", {}, {"warmup": 0.5, "seconds": 1.5}),
     "ray_targets": Scenario(
         "bench_distributed", "run_ray_targets", {}, {"actors": 4, "warmup": 1.0, "seconds": 2.0}

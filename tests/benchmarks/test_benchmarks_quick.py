@@ -130,13 +130,15 @@ def test_file_and_trainer_scenarios_measure_ours_beside_the_floor(tmp_path: Path
     assert math.isclose(silent["floor"], plain["ours"], rel_tol=1e-6) and silent["floor_ratio"] > 0
 
 
-def test_scale_scenario_measures_the_floors_before_the_monitor(tmp_path: Path) -> None:
+def test_scale_scenario_measures_the_floors_beside_the_monitor(tmp_path: Path) -> None:
     rows = _rows(tmp_path, "--only", "scale", "--set", "targets=40", "--set", "interval=0.25", "--set", "warmup=0.3",
                  "--set", "seconds=0.5", "--set", "groups=4", "--no-torchrl")
     dropped = next(r for r in rows if r["measure"].startswith("records dropped"))
     assert dropped["goal"] == ["max", 0.0] and dropped["unit"] == "records"
     cpu = next(r for r in rows if r["goal"] is not None and r["goal"][0] == "floor")
     assert cpu["goal"] == ["floor", 1.5]
+    # the goal reads the median of the per-round ratios of ours to the goal's floor, both measured in each round
+    assert cpu["floor_ratio"] > 0 and "per-round ratios" in cpu["note"]
     plain = next(r["ours"] for r in rows if "plain" in r["measure"])
     assert [r["who"] for r in rows].count("floor") == 4
     records = next(r for r in rows if "checked records" in r["measure"])  # ours over it is in its note
