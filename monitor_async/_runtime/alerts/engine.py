@@ -40,8 +40,8 @@ from .trackers import (
 __all__ = ["Engine"]
 
 _FLOOR = 0.02
-_monotonic = time.monotonic
 """The shortest period of the rules' timer (seconds)."""
+_monotonic = time.monotonic
 
 _Bound = tuple[int, tuple[Track, ...]]
 """A record name's trackers, with the size of the snapshot they were found for."""
@@ -228,7 +228,10 @@ class Engine:
         return track
 
     def _timed(self, track: Track) -> None:
-        """The timer looks at ``track``: an ``Unhealthy`` (or a watchful `WatchStalled`) at every look, the others from their ``due`` time on."""
+        """The timer looks at ``track``: an ``Unhealthy`` at every look, the others from their ``due`` time on.
+
+        A `WatchStalled` that fires or is held looks at its watch at every look too, until it ends.
+        """
         if isinstance(track, Unhealthy) or (type(track) is WatchStalled and track.watchful):
             self.timed.setdefault(track)
         elif track not in self.waiting and track not in self.timed:
