@@ -228,11 +228,11 @@ class Engine:
         return track
 
     def _timed(self, track: Track) -> None:
-        """The timer looks at ``track``: an ``Unhealthy`` at every look, the others from their ``due`` time on.
+        """The timer looks at ``track`` from its ``due`` time on.
 
-        A `WatchStalled` that fires or is held looks at its watch at every look too, until it ends.
+        A tracker that is ``watchful`` (an ``Unhealthy``, a `WatchStalled` that fires or is held) at every look.
         """
-        if isinstance(track, Unhealthy) or (type(track) is WatchStalled and track.watchful):
+        if track.watchful:
             self.timed.setdefault(track)
         elif track not in self.waiting and track not in self.timed:
             self.waiting[track] = None
@@ -454,7 +454,7 @@ class Engine:
         now = self.clock()
         for track in list(self.timed):
             track.check(now)
-            if type(track) is WatchStalled and not track.watchful:  # resolved or released: from its due time on
+            if not track.watchful and isinstance(track, Track):  # resolved or released: from its due time on
                 del self.timed[track]
                 self.waiting[track] = None
                 self.soon(track.due())
@@ -467,7 +467,7 @@ class Engine:
         wake_at = math.inf
         for track in list(self.waiting):
             track.check(now)
-            if type(track) is WatchStalled and track.watchful:  # fired or held: at every look until it ends
+            if track.watchful:  # fired or held: at every look until it ends
                 del self.waiting[track]
                 self.timed[track] = None
                 continue

@@ -71,6 +71,9 @@ class Track:
         self.plain: Stalled | None = None
         """Itself, when a `Stalled` not firing nor held has a value: the engine then takes a move inline."""
 
+    watchful = False
+    """Whether the timer looks at it at every look, not only from its `due` time on."""
+
     def update(self, metrics: Mapping[str, float], now: float) -> None:
         """A snapshot of the watch (its full keys)."""
 
@@ -173,8 +176,8 @@ class WatchStalled(Stalled):
         self.of = of  # the Watch
 
     @property
-    def watchful(self) -> bool:
-        """Whether the timer looks at it at every look (firing or held), not from its `due` time on."""
+    def watchful(self) -> bool:  # type: ignore[override]
+        """Firing or held: looked at at every look, until it resolves or is released."""
         return self.firing or self.held
 
     def look(self) -> None:
@@ -233,6 +236,8 @@ class QuietWatches:
     few dicts (no object per watch for the garbage collector to walk); a
     :class:`Quiet` is made for a watch while it fires.
     """
+
+    watchful = True  # its own pass decides whom it reads (see `check`)
 
     def __init__(self, engine: Host, rule: Alert) -> None:
         self.engine = engine
@@ -379,6 +384,8 @@ class Unhealthy(Track):
     The timeout is the timer's to notice (as any rule's time is): a call past
     it fires, and the rule resolves when a later call reports healthy.
     """
+
+    watchful = True  # each look may start a call of health() or notice one past its timeout
 
     __slots__ = ("asked", "health", "interval", "next_at")
 
