@@ -1,6 +1,6 @@
 """What every scenario shares: result rows, the fake targets and sinks, TorchRL lookup, cadence maths.
 
-`Clocked`, `slot_share`, `on_time` and `origin` come from the tests' `tests.support.timing`, which holds them for both.
+`Clocked`, `slot_share`, `on_time`, `share_on_time` and `origin` come from the tests' `tests.support.timing`, which holds them for both.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from monitor_async.backends import CSVSink
 # the monitor only: the one private name the suite imports (at the same path in every tree it runs on).
 from monitor_async.backends._files import LineFile
 from monitor_async.distributed import EMPTY_SOURCE
-from tests.support.timing import Clocked, on_time, origin, slot_share
+from tests.support.timing import Clocked, on_time, origin, share_on_time, slot_share
 
 __all__ = [
     "RATE_NAMES",
@@ -39,6 +39,7 @@ __all__ = [
     "on_time",
     "origin",
     "quiet",
+    "share_on_time",
     "slot_share",
     "torchrl_monitor",
     "window",

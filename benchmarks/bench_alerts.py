@@ -41,7 +41,7 @@ from typing import Any
 
 from monitor_async import Alert, AlertEvent, Monitor
 
-from ._common import NoopSink, Row, loop_window, on_time
+from ._common import NoopSink, Row, loop_window, share_on_time
 from .bench_scale import Tiny
 
 __all__ = ["main", "run"]
@@ -212,12 +212,8 @@ def _cost(
         for rules in ((False, True) if turn % 2 == 0 else (True, False)):
             watched = [make() for _ in range(targets)]
             wall0, wall1, cpu0, cpu1, stats = asyncio.run(_scale(watched, interval, warmup, seconds, rules))
-            kept = slots = 0
-            for target in watched:
-                hit, n = on_time(target.times, wall0, wall1, interval, tolerance)
-                kept += hit
-                slots += n
-            pair[rules] = {"share": (cpu1 - cpu0) / (wall1 - wall0), "on_time": kept / slots if slots else 0.0,
+            on_time = share_on_time((target.times for target in watched), wall0, wall1, interval, tolerance)
+            pair[rules] = {"share": (cpu1 - cpu0) / (wall1 - wall0), "on_time": on_time,
                            "stats": stats}
             del watched
             gc.collect()

@@ -40,7 +40,7 @@ import numpy as np
 
 from monitor_async import Monitor, SyncMonitor
 
-from ._common import NoopSink, Row, loop_window, on_time, quiet
+from ._common import NoopSink, Row, loop_window, quiet, share_on_time
 
 __all__ = ["run"]
 
@@ -179,14 +179,9 @@ async def _fleet(many: bool, targets: int, interval: float, warmup: float, secon
         monitor.watch(target, name=f"t{i}")
     async with monitor:
         wall0, wall1, cpu0, cpu1 = await loop_window(warmup, seconds)
-    kept = slots = 0
-    for target in watched:
-        k, n = on_time(target.times, wall0, wall1, interval, 0.05)
-        kept += k
-        slots += n
     stats = monitor.stats()
     return {
-        "on_time": kept / max(slots, 1), "cpu": (cpu1 - cpu0) / (wall1 - wall0),
+        "on_time": share_on_time((target.times for target in watched), wall0, wall1, interval, 0.05), "cpu": (cpu1 - cpu0) / (wall1 - wall0),
         "dropped": float(stats.get(f"sink/{sink.name}/dropped", 0.0)), "values_dropped": float(stats["values_dropped"]),
     }
 

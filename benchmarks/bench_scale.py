@@ -74,7 +74,7 @@ from typing import Any
 
 from monitor_async import Monitor, Record
 
-from ._common import NoopSink, Row, loop_window, new_record, on_time, origin, window
+from ._common import NoopSink, Row, loop_window, new_record, origin, share_on_time, window
 
 __all__ = ["run"]
 
@@ -328,14 +328,10 @@ def _ours(
         wall0, wall1, cpu0, cpu1, stats = asyncio.run(_measure(watched, interval, warmup, seconds))
     finally:
         gc.callbacks.remove(gcwatch)
-    kept = slots = 0
-    for target in watched:
-        hit, n = on_time(target.times, wall0, wall1, interval, tolerance)
-        kept += hit
-        slots += n
     starts = [target.times[0] - origin(target.times, interval) for target in watched if target.times]
     return {
-        "share": (cpu1 - cpu0) / (wall1 - wall0), "on_time": kept / slots if slots else 0.0, "stats": stats,
+        "share": (cpu1 - cpu0) / (wall1 - wall0), "stats": stats,
+        "on_time": share_on_time((t.times for t in watched), wall0, wall1, interval, tolerance),
         "window": (wall0, wall1), "starts": starts, "pauses": [p for t, p in gcwatch.pauses if wall0 <= t < wall1],
     }
 

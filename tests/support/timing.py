@@ -80,3 +80,14 @@ def on_time(times: Sequence[float], start: float, end: float, interval: float, t
         if i < len(times) and abs(times[i] - slot) <= tolerance:
             kept += 1
     return kept, max(0, last - first)
+
+
+def share_on_time(timelines: Iterable[Sequence[float]], start: float, end: float, interval: float,
+                  tolerance: float) -> float:
+    """The share of the slots in ``[start, end)`` of all ``timelines`` (one per target) polled on time (`on_time`)."""
+    kept = slots = 0
+    for times in timelines:
+        hit, n = on_time(times, start, end, interval, tolerance)
+        kept += hit
+        slots += n
+    return kept / slots if slots else 0.0
