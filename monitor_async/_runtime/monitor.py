@@ -155,14 +155,14 @@ class Monitor:
             pool=self._worker_pool,
         )
         self._poller = Poller(self._counters, fanout, self._errors, self._worker_pool, self._feed)
-        self._lag = LoopLag(self._alerts)
+        self._tasks = PollTasks(self._poller)
+        self._lag = LoopLag(self._alerts, self._tasks.beside)
         self._registry = Registry(
             poll_interval=self.poll_interval, poll_timeout=poll_timeout, max_values=max_values, world=self.world,
             source=source, alerts=self._alerts, pool=self._worker_pool, counters=self._counters,
             added=self._added, removed=self._removed, quantiles=summarised,
         )
         self._watches = self._registry.watches
-        self._tasks = PollTasks(self._poller)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_event: asyncio.Event | None = None
         self._stop_lock: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None

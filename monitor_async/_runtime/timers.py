@@ -76,6 +76,14 @@ class Ticks:
     def _end_group(self) -> None:
         self.group = None
 
+    def beside(self, lo: float, hi: float) -> float | None:
+        """The latest time in ``[lo, hi]`` when a timer of these ticks is due, or ``None``."""
+        best = None
+        for when in self.carried.keys() | self.waiting.keys():
+            if lo <= when <= hi and (best is None or when > best):
+                best = when
+        return best
+
     def _timer(self, when: float) -> None:
         if when not in self.waiting and when not in self.carried:
             self.loop.call_at(when, self._fire, when)
@@ -231,6 +239,18 @@ class PollTasks:
             self.ticks = Ticks(loop, self.poller)
         watch.slots.start(loop.time())  # a loop blocked before the task runs misses them
         self.tasks[watch.name] = loop.create_task(poll_forever(self.ticks, watch), name=f"monitor-async poll {watch.name}")
+
+    def beside(self, lo: float, hi: float) -> float | None:
+        """The latest time in ``[lo, hi]`` when a poll timer of the running loop is due, or ``None``."""
+        ticks = self.ticks
+        if ticks is None:
+            return None
+        try:
+            if asyncio.get_running_loop() is not ticks.loop:
+                return None
+        except RuntimeError:
+            return None
+        return ticks.beside(lo, hi)
 
     def end(self, name: str) -> None:
         """Ends the polling of watch ``name`` (removed), if it had a task."""

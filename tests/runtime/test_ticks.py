@@ -159,3 +159,44 @@ async def test_an_inline_target_slower_than_its_interval_skips_the_slots_it_miss
     await monitor.stop()
     assert 3 <= slow.calls <= 9  # about 1 s / 0.15 s, never catching up on the 20 slots
     assert monitor.stats()["polls_missed"] >= 8
+
+
+async def _lag_looks(monkeypatch: Any, interval: float, seconds: float) -> tuple[list[float], set[float]]:
+    """The times the loop-lag probe's timer was set for, and the times a poll timer fired, over ``seconds``."""
+    from monitor_async._runtime.alerts.lag import LoopLag
+    from monitor_async._runtime.timers import Ticks
+
+    looks: list[float] = []
+    fired: set[float] = set()
+    tick, fire = LoopLag._tick, Ticks._fire
+
+    def noted_tick(self: LoopLag) -> None:
+        looks.append(self.expected)
+        tick(self)
+
+    def noted_fire(self: Ticks, when: float) -> None:
+        fired.add(when)
+        fire(self, when)
+
+    monkeypatch.setattr(LoopLag, "_tick", noted_tick)
+    monkeypatch.setattr(Ticks, "_fire", noted_fire)
+    monitor = Monitor(MemorySink(), poll_interval=interval)
+    monitor.watch(Counter(), name="c")
+    async with monitor:
+        await asyncio.sleep(seconds)
+    return looks, fired
+
+
+async def test_the_loop_lag_probe_looks_in_the_passes_of_polls_due_at_least_every_tenth_of_a_second(
+    monkeypatch: Any,
+) -> None:
+    looks, fired = await _lag_looks(monkeypatch, 0.05, 1.0)
+    assert len(looks) >= 8, looks  # still about ten looks a second
+    # its first looks are set before the polls' timers are: from then on, none of its own
+    assert looks[2:] and all(when in fired for when in looks[2:]), (looks, sorted(fired))
+
+
+async def test_the_loop_lag_probe_keeps_its_own_timer_beside_polls_due_less_often(monkeypatch: Any) -> None:
+    looks, fired = await _lag_looks(monkeypatch, 1.0, 1.0)
+    assert len(looks) >= 8, looks
+    assert sum(when in fired for when in looks) <= 1, (looks, sorted(fired))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from ..._core.policy import log
 from .engine import Engine
@@ -11,7 +12,12 @@ __all__ = ["LoopLag"]
 
 
 class LoopLag:
-    """Notices a blocked event loop: a timer every 0.1 s measures how late it runs.
+    """Notices a blocked event loop: a timer, at most 0.1 s apart, measures how late it runs.
+
+    ``beside(lo, hi)`` gives a time in ``[lo, hi]`` when another timer of the
+    loop is due, or ``None``: the probe's timer is set for that time when there
+    is one, so that it runs in the same pass of the loop as the polls due then
+    instead of waking the loop (and taking the GIL) on its own.
 
     ``lag_max`` is the longest it was late since the monitor was built; a
     lateness of at least ``THRESHOLD`` is an episode, warned once (or
@@ -23,8 +29,9 @@ class LoopLag:
     THRESHOLD = 0.5
     CALM = 5.0
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, beside: Callable[[float, float], float | None] | None = None) -> None:
         self.engine = engine
+        self.beside = beside
         self.own_loop = False  # the monitor's own thread (SyncMonitor): another warning
         self.lag_max = 0.0
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -41,7 +48,8 @@ class LoopLag:
 
     def _arm(self, now: float) -> None:
         assert self.loop is not None
-        self.expected = now + self.PERIOD
+        due = None if self.beside is None else self.beside(now + self.PERIOD / 4, now + self.PERIOD)
+        self.expected = now + self.PERIOD if due is None else due
         self.handle = self.loop.call_at(self.expected, self._tick)
 
     def _tick(self) -> None:
