@@ -277,7 +277,10 @@ class Channel:
                 await self._send_events()
                 continue
             if not items:
-                await queue.idle(1, None)
+                if self.batch_wait > 0:  # the first record to come starts the wait without waking this task
+                    await queue.idle(self.gather, None, self.batch_wait)
+                else:
+                    await queue.idle(1, None)
                 continue
             if self.batch_wait > 0 and not queue.settling and len(items) < self.gather:
                 # counted from the first record's poll, not from now: a record queued while a

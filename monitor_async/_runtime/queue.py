@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections import deque
 from collections.abc import Callable
 
@@ -32,8 +33,8 @@ class RecordQueue:
     """
 
     __slots__ = (
-        "_settlers", "abandoned", "dropped", "dropping", "epoch", "head", "in_flight", "items", "label",
-        "max_batch", "size", "wake", "wake_at", "writer_due", "writing", "written",
+        "_settlers", "abandoned", "dropped", "dropping", "epoch", "head", "in_flight", "items", "label", "linger",
+        "lingering", "max_batch", "size", "wake", "wake_at", "writer_due", "writing", "written",
     )
 
     def __init__(self, label: str, size: int, max_batch: int, writer_due: Callable[[], bool] = bool) -> None:
@@ -52,6 +53,8 @@ class RecordQueue:
         self.epoch = 0  # moves on at each abandon(): a write from before it counts for nothing
         self.wake: asyncio.Future[None] | None = None  # a writer waits on it for records
         self.wake_at = 1
+        self.linger: float | None = None  # with a writer waiting on an empty queue: how long the first record gathers
+        self.lingering: asyncio.TimerHandle | None = None
         self._settlers: list[tuple[int, asyncio.Future[None]]] = []
 
     def offer(self, record: Record) -> None:
@@ -63,8 +66,19 @@ class RecordQueue:
         if len(items) >= self.size and not self.writer_due():
             self.drop_oldest()
         items.append(record)
-        if self.wake is not None and len(items) >= self.wake_at:
+        if self.wake is not None:
+            if len(items) >= self.wake_at:
+                self.release()
+            elif self.linger is not None and len(items) == 1:
+                self._linger(self.wake, self.linger - max(0.0, time.time() - record.time))
+
+    def _linger(self, waiter: asyncio.Future[None], wait: float) -> None:
+        """The first record came to an empty queue: the waiting writer wakes ``wait`` seconds from now."""
+        self.linger = None
+        if wait <= 0:
             self.release()
+        else:
+            self.lingering = waiter.get_loop().call_later(wait, self.release)
 
     def drop_oldest(self) -> None:
         """Makes room in a full queue: the oldest record goes, counted (and warned of once per episode)."""
@@ -87,17 +101,27 @@ class RecordQueue:
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    async def idle(self, count: int, wait: float | None) -> None:
-        """Returns once ``count`` records wait, ``wait`` seconds have passed, or `release` is called."""
+    async def idle(self, count: int, wait: float | None, linger: float | None = None) -> None:
+        """Returns once ``count`` records wait, ``wait`` seconds have passed, or `release` is called.
+
+        With ``linger`` (on an empty queue), also ``linger`` seconds after the
+        first record's poll: the writer sleeps through the first record's
+        arrival instead of waking to start that wait (one pass of the loop,
+        and a GIL hand-off beside a busy thread, less per batch).
+        """
         loop = asyncio.get_running_loop()
         self.wake_at = count
         self.wake = waiter = loop.create_future()
+        self.linger = linger
         timer = None if wait is None else loop.call_later(wait, self.release)
         try:
             await waiter
         finally:
             if timer is not None:
                 timer.cancel()
+            lingering, self.lingering, self.linger = self.lingering, None, None
+            if lingering is not None:
+                lingering.cancel()
             if self.wake is waiter:
                 self.wake = None
 

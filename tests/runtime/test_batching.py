@@ -237,3 +237,26 @@ async def test_a_threaded_sink_writes_a_run_on_its_own_thread_in_order() -> None
     assert [times for _, times in sink.calls] == [[1.5, 2.5], [3.5, 4.5]]
     assert all(thread is not threading.current_thread() for thread, _ in sink.calls)
     assert sink.calls[0][0] is sink.calls[1][0]
+
+
+async def test_the_writer_sleeps_from_one_write_to_the_next_batch_wait_without_waking_for_the_first_record(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from monitor_async._runtime.queue import RecordQueue
+
+    idles: list[int] = []  # the writer's waits, each a pass of the loop (beside a busy thread, a GIL hand-off)
+    idle = RecordQueue.idle
+
+    async def noted(self: RecordQueue, count: int, *args: float | None) -> None:
+        idles.append(count)
+        await idle(self, count, *args)
+
+    monkeypatch.setattr(RecordQueue, "idle", noted)
+    sink = RecordingSink("rec")
+    monitor = Monitor(sink, poll_interval=0.02, batch_wait=0.15)
+    monitor.watch(Counter(), name="c")
+    async with monitor:
+        await wait_until(lambda: len(sink.batches) >= 4)
+        batches, waits = len(sink.batches), len(idles)
+    assert waits <= batches + 1, (waits, sink.batches)  # one wait a batch, not two
+    assert min(sink.batches[:4]) >= 4, sink.batches  # and each batch still gathered for batch_wait
