@@ -219,7 +219,7 @@ class RecordQueue:
 
     def forget_loop(self) -> None:
         """The loop closed: a write in flight there never ends (its records count as abandoned), waiters go."""
-        self.wake = None
+        self.wake = self.linger = self.lingering = None
         if self.writing is not None:
             self.abandoned += self.in_flight
             self.in_flight = 0

@@ -192,11 +192,13 @@ async def test_the_loop_lag_probe_looks_in_the_passes_of_polls_due_at_least_ever
 ) -> None:
     looks, fired = await _lag_looks(monkeypatch, 0.05, 1.0)
     assert len(looks) >= 8, looks  # still about ten looks a second
-    # its first looks are set before the polls' timers are: from then on, none of its own
-    assert looks[2:] and all(when in fired for when in looks[2:]), (looks, sorted(fired))
+    # its first looks are set before the polls' timers are; from then on it rides on them (a loop late by
+    # more than a quarter of its period may leave no poll timer ahead to ride on: a look of its own)
+    later = looks[2:]
+    assert later and sum(when in fired for when in later) >= 0.8 * len(later), (looks, sorted(fired))
 
 
 async def test_the_loop_lag_probe_keeps_its_own_timer_beside_polls_due_less_often(monkeypatch: Any) -> None:
     looks, fired = await _lag_looks(monkeypatch, 1.0, 1.0)
     assert len(looks) >= 8, looks
-    assert sum(when in fired for when in looks) <= 1, (looks, sorted(fired))
+    assert sum(when in fired for when in looks) <= 2, (looks, sorted(fired))  # the one a second that falls near
