@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -39,6 +40,7 @@ class Ticks:
 
     GROUP = 256
     SPREAD = 64
+    BESIDE = 256
 
     def __init__(self, loop: asyncio.AbstractEventLoop, poller: Poller) -> None:
         self.loop = loop
@@ -77,9 +79,15 @@ class Ticks:
         self.group = None
 
     def beside(self, lo: float, hi: float) -> float | None:
-        """The latest time in ``[lo, hi]`` when a timer of these ticks is due, or ``None``."""
+        """The latest time in ``[lo, hi]`` when a timer of these ticks is due, or ``None``.
+
+        ``None`` too with more than ``BESIDE`` timers ahead: the loop then wakes often anyway, and the look stays cheap.
+        """
+        carried, waiting = self.carried, self.waiting
+        if len(carried) + len(waiting) > self.BESIDE:
+            return None
         best = None
-        for when in self.carried.keys() | self.waiting.keys():
+        for when in itertools.chain(carried, waiting):
             if lo <= when <= hi and (best is None or when > best):
                 best = when
         return best

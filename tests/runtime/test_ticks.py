@@ -202,3 +202,19 @@ async def test_the_loop_lag_probe_keeps_its_own_timer_beside_polls_due_less_ofte
     looks, fired = await _lag_looks(monkeypatch, 1.0, 1.0)
     assert len(looks) >= 8, looks
     assert sum(when in fired for when in looks) <= 2, (looks, sorted(fired))  # the one a second that falls near
+
+
+def test_the_poll_timers_offer_the_latest_due_time_in_a_window_and_none_past_beside_timers_ahead() -> None:
+    from monitor_async._runtime.timers import Ticks
+
+    loop = asyncio.new_event_loop()
+    try:
+        ticks = Ticks(loop, None)  # type: ignore[arg-type]  # only its timers' due times are read
+        ticks.carried.update({10.0: [], 10.05: [], 10.2: []})
+        ticks.waiting[10.08] = loop.create_future()
+        assert ticks.beside(10.025, 10.1) == 10.08
+        assert ticks.beside(10.1, 10.15) is None
+        ticks.carried.update({20.0 + i: [] for i in range(Ticks.BESIDE)})  # a loop woken this often anyway
+        assert ticks.beside(10.025, 10.1) is None
+    finally:
+        loop.close()
