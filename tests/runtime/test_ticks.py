@@ -191,7 +191,7 @@ async def test_the_loop_lag_probe_looks_in_the_passes_of_polls_due_at_least_ever
     monkeypatch: Any,
 ) -> None:
     looks, fired = await _lag_looks(monkeypatch, 0.05, 1.0)
-    assert len(looks) >= 8, looks  # still about ten looks a second
+    assert len(looks) >= 8, looks  # still at least ten looks a second (here one a poll tick)
     # its first looks are set before the polls' timers are; from then on it rides on them (a loop late by
     # more than a quarter of its period may leave no poll timer ahead to ride on: a look of its own)
     later = looks[2:]
