@@ -23,6 +23,7 @@ import pytest
 
 pytest.importorskip("torch.distributed")
 
+from tests.support.checks import live_jsonl
 from tests.support.network import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,19 +63,11 @@ class Job:
         self.wait_for("every rank to start", lambda: all((self.out / f"ready{r}").exists() for r in range(len(self.procs))))
 
     def records(self, rank: int) -> list[dict[str, Any]]:
-        path = self.out / f"rank{rank}.jsonl"
-        if not path.exists():
-            return []
-        lines = [json.loads(line) for line in path.read_text().splitlines()]
-        return [line for line in lines if "name" in line]
+        return [line for line in live_jsonl(self.out / f"rank{rank}.jsonl") if "name" in line]
 
     def alerts(self, rank: int) -> list[dict[str, Any]]:
         """The alert events in rank ``rank``'s JSONL file."""
-        path = self.out / f"rank{rank}.jsonl"
-        if not path.exists():
-            return []
-        lines = [json.loads(line) for line in path.read_text().splitlines()]
-        return [line["alert"] for line in lines if "alert" in line]
+        return [line["alert"] for line in live_jsonl(self.out / f"rank{rank}.jsonl") if "alert" in line]
 
     def reduced(self) -> list[dict[str, float]]:
         return [r["metrics"] for r in self.records(0) if r["name"] == "learner/all"]

@@ -74,13 +74,15 @@ async def test_a_slow_target_moved_to_a_thread_in_background_keeps_being_polled(
     monitor = Monitor(sink, poll_interval=0.05)
     monitor.watch(slow, name="slow")
     await monitor.start()
-    await wait_until(lambda: monitor.watches()["slow"] == "thread" and slow.calls >= 8)
+    await wait_until(lambda: monitor.watches()["slow"] == "thread" and len(sink.records) >= 8)
     await monitor.stop(log_final=False)
     loop_thread = threading.current_thread()
     assert slow.threads[0] is loop_thread
     assert slow.threads[-1] is not loop_thread
     frames = [r.metrics["slow/frames"] for r in sink.records]
-    assert frames == sorted(frames) and len(frames) == slow.calls
+    assert frames == [10.0 * n for n in range(1, len(frames) + 1)], "every answer, in order"
+    # a poll on its thread when stop() came may answer after it: that answer is left out
+    assert slow.calls - len(frames) in (0, 1)
 
 
 async def test_a_restarted_monitor_polls_each_target_once_per_slot() -> None:

@@ -1,11 +1,14 @@
-"""Waiting until a condition holds, on the loop or on a thread, and reading what the monitor logged."""
+"""Waiting until a condition holds, on the loop or on a thread, and reading what the monitor logged or is writing."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -42,3 +45,15 @@ def wait_until_sync(
 def monitor_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
     """The messages logged on the ``monitor_async`` logger at WARNING or above."""
     return [r.getMessage() for r in caplog.records if r.name == "monitor_async" and r.levelno >= logging.WARNING]
+
+
+def live_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The objects of a JSONL file another process is still writing: its complete lines only.
+
+    A reader can see a batch's bytes partly written (one ``os.write`` is not seen whole by a
+    concurrent ``read``), so the text after the last newline is left for the next read.
+    """
+    if not path.exists():
+        return []
+    text = path.read_text(encoding="utf-8")
+    return [json.loads(line) for line in text[: text.rfind("\n") + 1].splitlines()]
