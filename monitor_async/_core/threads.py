@@ -74,7 +74,7 @@ class WorkerPool:
         self._count = 0
         self._retiring = False  # idle threads end instead of waiting, until the next submit()
         self._threads: set[threading.Thread] = set()
-        self._running: set[threading.Thread] = set()  # the threads inside a call
+        self._inside: dict[Future[Any], threading.Thread] = {}  # the calls under way, and the thread of each
 
     @property
     def limit(self) -> int:
@@ -97,7 +97,8 @@ class WorkerPool:
         """
         with self._cond:
             self._retiring = True
-            idle = [thread for thread in self._threads if thread not in self._running]
+            busy = set(self._inside.values())
+            idle = [thread for thread in self._threads if thread not in busy]
             self._cond.notify_all()
         return idle
 
@@ -106,7 +107,7 @@ class WorkerPool:
         if fut.cancel():
             return
         with self._cond:
-            if not fut.done() and fut not in self._abandoned:
+            if fut in self._inside and fut not in self._abandoned:  # its call still runs
                 self._abandoned.add(fut)
                 self._live -= 1
                 self._dispatch()
@@ -137,8 +138,9 @@ class WorkerPool:
                 if not woken and not self._jobs:
                     self._live -= 1
                     return None
-            self._running.add(me)
-            return self._jobs.popleft()
+            job = self._jobs.popleft()
+            self._inside[job[0]] = me
+            return job
 
     def _work(self) -> None:
         me = threading.current_thread()
@@ -146,30 +148,49 @@ class WorkerPool:
             while (job := self._next(me)) is not None:
                 fut, fn = job
                 del job
-                if fut.set_running_or_notify_cancel():
-                    _settle(fut, fn, me.name)
-                with self._cond:
-                    self._running.discard(me)
+                outcome = _outcome(fn, me.name) if fut.set_running_or_notify_cancel() else None
+                with self._cond:  # out of the call before its result is out: a retire() that follows joins this thread
+                    del self._inside[fut]
+                    ends = False
                     if fut in self._abandoned:
                         self._abandoned.discard(fut)
-                        if self._live >= self._limit:
-                            return
-                        self._live += 1
-                del fut, fn
+                        ends = self._live >= self._limit
+                        if not ends:
+                            self._live += 1
+                if outcome is not None:
+                    _deliver(fut, outcome)
+                if ends:
+                    return
+                del fut, fn, outcome
         finally:
             with self._cond:
                 self._threads.discard(me)
-                self._running.discard(me)
+                for call in [call for call, thread in self._inside.items() if thread is me]:
+                    del self._inside[call]
+
+
+def _outcome(fn: Callable[[], T], thread: str) -> tuple[bool, Any]:
+    """Runs ``fn()``: ``(True, result)``, or ``(False, exception)`` with a base exception as `RaisedOnThread`."""
+    try:
+        return True, fn()
+    except _FOREIGN as exc:  # the call's failure, not a signal to the awaiting loop
+        return False, RaisedOnThread(exc, thread)
+    except BaseException as exc:  # noqa: BLE001 - carried to the awaiting task
+        return False, exc
+
+
+def _deliver(fut: Future[Any], outcome: tuple[bool, Any]) -> None:
+    """Puts an `_outcome` into ``fut``."""
+    ok, value = outcome
+    if ok:
+        fut.set_result(value)
+    else:
+        fut.set_exception(value)
 
 
 def _settle(fut: Future[T], fn: Callable[[], T], thread: str) -> None:
     """Runs ``fn()`` into ``fut``: its result, its exception, or a base exception as `RaisedOnThread`."""
-    try:
-        fut.set_result(fn())
-    except _FOREIGN as exc:  # the call's failure, not a signal to the awaiting loop
-        fut.set_exception(RaisedOnThread(exc, thread))
-    except BaseException as exc:  # noqa: BLE001 - carried to the awaiting task
-        fut.set_exception(exc)
+    _deliver(fut, _outcome(fn, thread))
 
 
 def on_thread(fn: Callable[[], T], name: str) -> Future[T]:

@@ -12,11 +12,13 @@ of threads. ``Monitor.stop()`` lets its idle worker threads end at once.
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from monitor_async import Monitor, SyncMonitor
+from monitor_async._core.threads import WorkerPool, join_all
 from monitor_async.backends import CSVSink
 from tests.support.checks import wait_until, wait_until_sync
 from tests.support.sinks import RecordingLogger
@@ -104,3 +106,19 @@ async def test_stop_ends_the_publishing_thread_of_a_reduction_at_once() -> None:
     for thread in publishing:
         thread.join(timeout=3.0)  # retired by stop(): ends at once, not after the pool's 10 s idle timeout
     assert not [t.name for t in publishing if t.is_alive()]
+
+
+def test_a_worker_whose_result_is_out_is_joined_by_the_retire_that_follows() -> None:
+    """A call's result is seen (here a done callback still runs on the worker) before the thread is idle again.
+
+    The retire that follows must count that thread among those to join, not as one inside a call.
+    """
+    pool = WorkerPool(1, "test-retire")
+    before = set(threading.enumerate())
+    gate = threading.Event()
+    fut = pool.submit(lambda: gate.wait(5) and 42)
+    fut.add_done_callback(lambda _: time.sleep(0.2))  # the worker delivers, then lingers in the callback
+    gate.set()
+    assert fut.result(timeout=5) == 42
+    join_all(pool.retire(), 5.0)
+    assert not new_threads(before), "retire() left the thread that had just answered"

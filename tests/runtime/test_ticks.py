@@ -136,8 +136,10 @@ async def test_a_crowd_started_together_is_polled_in_groups_spread_over_the_inte
     firsts = [t.times[0] for t in targets]
     groups = [firsts[:256], firsts[256:512], firsts[512:]]
     assert max(groups[0]) - min(groups[0]) < 0.2  # the first group at once, at start()
+    # each group's timer is due 10 ms after the one before; one that fires late (a loop still busy
+    # with the crowd's first steps) brings the next group closer to it, never the next group earlier
     assert min(groups[1]) - min(groups[0]) >= 0.009
-    assert min(groups[2]) - min(groups[1]) >= 0.009
+    assert min(groups[2]) - min(groups[0]) >= 0.019
     for target in targets:  # each target then keeps its own group's beat
         assert abs(target.times[1] - target.times[0] - 0.64) < 0.2
 
