@@ -50,8 +50,9 @@ def monitor_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
 def live_jsonl(path: Path) -> list[dict[str, Any]]:
     """The objects of a JSONL file another process is still writing: its complete lines only.
 
-    A reader can see a batch's bytes partly written (one ``os.write`` is not seen whole by a
-    concurrent ``read``), so the text after the last newline is left for the next read.
+    A concurrent ``read`` may see a batch's ``os.write`` partly done, so the text after the last
+    newline is left for the next read: the rule of the run readers' ``Parser.feed``
+    (``monitor_async._cli.parsers``), which make entries where the tests want the raw objects.
     """
     if not path.exists():
         return []
