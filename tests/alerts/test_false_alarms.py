@@ -102,3 +102,30 @@ async def test_a_scheduled_watch_that_keeps_moving_between_its_logged_records_do
         await wait_until(lambda: any(e.watch == "stopping" for e in events), timeout=30, what="the real stall")
         await wait_until(lambda: monitor.stats()["polls"] >= 2 * INTERVALS, timeout=60)
     assert [(e.watch, e.state) for e in events] == [("stopping", "firing")], events.states()
+
+
+async def test_a_process_that_got_no_cpu_for_longer_than_after_raises_nothing_for_moving_watches() -> None:
+    """Preemption, swap or a stopped container: when the loop runs again its overdue polls come before a verdict.
+
+    Each pause below is longer than ``after``: the rules may look only once the watches had their chance
+    to be polled (the stalled one still fires, from its own stop on).
+    """
+    events = Events()
+    moving = [Moving() for _ in range(3)]
+    stopping = Moving()
+    monitor = Monitor(MemorySink(), poll_interval=0.05, notify=events, alerts=[
+        Alert.stalled("*/frames", after=0.3), Alert.quiet("*", after=0.3),
+    ])
+    for i, target in enumerate(moving):
+        monitor.watch(target, name=f"moving_{i}")
+    monitor.watch(stopping, name="stopping")
+    async with monitor:
+        await wait_until(lambda: monitor.stats()["polls"] >= 20)
+        for _ in range(5):
+            time.sleep(0.5)  # the whole loop gets no CPU, as a preempted process would
+            polls = monitor.stats()["polls"]
+            await wait_until(lambda polls=polls: monitor.stats()["polls"] >= polls + 8)  # type: ignore[misc]
+        stopping.running = False
+        await wait_until(lambda: any(e.watch == "stopping" for e in events), timeout=10, what="the real stall")
+        await asyncio.sleep(0.1)
+    assert [(e.watch, e.rule, e.state) for e in events] == [("stopping", "stalled */frames", "firing")], events.states()

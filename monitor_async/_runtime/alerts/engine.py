@@ -490,8 +490,23 @@ class Engine:
             self.task = None
 
     async def _tick(self) -> None:
+        """Looks every `period`; after a wake-up more than a period late, the next look instead.
+
+        A loop that got no CPU for a while (a preempted or stopped process) wakes with every
+        watch's poll overdue and this timer first among them: looking then would find every
+        watch still for as long as the process slept. Deferring that one look lets the overdue
+        polls run first; never two looks in a row, so a loop that is always late still evaluates.
+        """
+        loop = asyncio.get_running_loop()
+        deferred = False
         while True:
-            await asyncio.sleep(self.period())
+            period = self.period()
+            due = loop.time() + period
+            await asyncio.sleep(period)
+            if not deferred and loop.time() - due > period:
+                deferred = True
+                continue
+            deferred = False
             self.check_all()
 
     # ---------------------------------------------------------------- events
