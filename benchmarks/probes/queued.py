@@ -14,7 +14,8 @@ loop and the queued floor, and the medians of the per-round ratios.
 With ``--split`` it times instead, on the loop thread of ours and of the
 queued floor, each callback the loop runs and ``CSVSink.format`` (CPU time of
 the thread, medians over the rounds, in ms a second): where ours spends what
-it spends over the floor.
+it spends over the floor. ``--split`` reads each thread's CPU from ``/proc``
+(Linux only).
 """
 
 from __future__ import annotations
