@@ -194,12 +194,15 @@ class Bare:
 
     def rows(self) -> bytes:
         """One poll of every target, as the CSV rows ``CSVSink`` would append for it."""
-        records = [
+        text: str = self.csv.format(self.records())
+        return text.encode()
+
+    def records(self) -> list[Record]:
+        """One poll of every target, as records (what :meth:`rows` formats)."""
+        return [
             new_record(name, None, time.time(), self.metrics(name, prefix, target))
             for name, prefix, target in self.targets
         ]
-        text: str = self.csv.format(records)
-        return text.encode()
 
     def metrics(self, name: str, prefix: str, target: Any) -> dict[str, float]:
         """One poll of ``target``: its ``prefix``-namespaced float dict and the rates of its counters."""

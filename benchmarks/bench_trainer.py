@@ -73,7 +73,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from monitor_async import SyncMonitor
+from monitor_async import Record, SyncMonitor
 from monitor_async.backends import CSVSink
 
 from ._common import Bare, ClockedKeys, LineFile, Row, quiet, slot_share, torchrl_monitor
@@ -226,14 +226,17 @@ def _plain(root: Path, n: int, targets: int, seconds: float, interval: float) ->
 
 
 async def _bare_loop(
-    bare: Bare, path: Path | None, interval: float, ready: threading.Event, done: threading.Event
+    bare: Bare, path: Path | None, interval: float, ready: threading.Event, done: threading.Event,
+    queued: bool = False,
 ) -> None:
     """Polls every ``interval`` from one timer callback until ``done``; every fifth tick's rows go out in one append.
 
     One ``loop.call_at`` timer per tick, as our monitor's timers poll a
     tick's watches in one callback (an ``asyncio.sleep`` loop would take two
     passes of the loop per tick). With no ``path`` the rows are formatted
-    and dropped: nothing is written.
+    and dropped: nothing is written. With ``queued``, each tick's records are
+    kept and formatted at the append, as a writer fed by a queue formats them
+    (``python -m benchmarks.probes.queued``).
     """
     file = None if path is None else LineFile(path, "floor", header=CSVSink.header)
     try:
@@ -244,6 +247,7 @@ async def _bare_loop(
     loop = asyncio.get_running_loop()
     finished: asyncio.Future[None] = loop.create_future()
     blocks: list[bytes] = []
+    kept: list[Record] = []  # queued: the records of the ticks since the last append
     writing: list[asyncio.Task[None]] = []  # the append in flight, if any
     start = loop.time()
 
@@ -251,12 +255,19 @@ async def _bare_loop(
         if done.is_set():
             finished.set_result(None)
             return
-        blocks.append(bare.rows())
+        if queued:
+            kept.extend(bare.records())
+            due = len(kept) >= 5 * len(bare.targets)
+        else:
+            blocks.append(bare.rows())
+            due = len(blocks) >= 5
         if file is None:
             blocks.clear()
-        elif len(blocks) >= 5 and (not writing or writing[0].done()):
-            writing[:] = [loop.create_task(file.write(b"".join(blocks)))]
+        elif due and (not writing or writing[0].done()):
+            data = bare.csv.format(kept).encode() if queued else b"".join(blocks)
+            writing[:] = [loop.create_task(file.write(data))]
             blocks.clear()
+            kept.clear()
         loop.call_at(start + (k + 1) * interval, tick, k + 1)
 
     loop.call_at(start, tick, 0)
@@ -269,14 +280,18 @@ async def _bare_loop(
             await file.close()
 
 
-def _floor(root: Path | None, n: int, targets: int, seconds: float, interval: float) -> Run:
-    """The bare loop's run; with no ``root``, the loop that writes nothing (its rows formatted and dropped)."""
+def _floor(root: Path | None, n: int, targets: int, seconds: float, interval: float, queued: bool = False) -> Run:
+    """The bare loop's run; with no ``root``, the loop that writes nothing (its rows formatted and dropped).
+
+    Its thread is named ``floor``, or ``queued`` with ``queued`` (see `_bare_loop`).
+    """
     watched = [ClockedKeys() for _ in range(targets)]
     ready, done = threading.Event(), threading.Event()
-    path = None if root is None else root / f"floor{n}.csv"
+    name = "queued" if queued else "floor"
+    path = None if root is None else root / f"{name}{n}.csv"
     thread = threading.Thread(
-        target=asyncio.run, args=(_bare_loop(Bare(watched), path, interval, ready, done),),
-        name="floor", daemon=True,
+        target=asyncio.run, args=(_bare_loop(Bare(watched), path, interval, ready, done, queued),),
+        name=name, daemon=True,
     )
 
     def start() -> None:

@@ -34,63 +34,16 @@ from monitor_async import Record
 from monitor_async.backends import CSVSink
 
 from .. import bench_trainer
-from .._common import Bare, ClockedKeys, LineFile, new_record, quiet
-from ..bench_trainer import Run, _floor, _ours, _run_with, train
+from .._common import quiet
+from ..bench_trainer import Run, _floor, _ours, train
 
 LOOPS = ("monitor-async-loop", "queued")
 """The loop threads ``--split`` times."""
 
 
-async def _queued_loop(bare: Bare, path: Path, interval: float, ready: threading.Event, done: threading.Event) -> None:
-    """The bare loop's ticks, its records kept and formatted every fifth tick, as one append."""
-    file = LineFile(path, "queued", header=CSVSink.header)
-    try:
-        await file.open()
-    finally:
-        ready.set()
-    loop = asyncio.get_running_loop()
-    finished: asyncio.Future[None] = loop.create_future()
-    kept: list[Record] = []
-    writing: list[asyncio.Task[None]] = []
-    start = loop.time()
-
-    def tick(k: int) -> None:
-        if done.is_set():
-            finished.set_result(None)
-            return
-        kept.extend([new_record(name, None, time.time(), bare.metrics(name, prefix, target))
-                     for name, prefix, target in bare.targets])
-        if len(kept) >= 5 * len(bare.targets) and (not writing or writing[0].done()):
-            writing[:] = [loop.create_task(file.write(bare.csv.format(kept).encode()))]
-            kept.clear()
-        loop.call_at(start + (k + 1) * interval, tick, k + 1)
-
-    loop.call_at(start, tick, 0)
-    try:
-        await finished
-        if writing:
-            await writing[0]
-    finally:
-        await file.close()
-
-
 def _queued(root: Path, n: int, targets: int, seconds: float, interval: float) -> Run:
-    watched = [ClockedKeys() for _ in range(targets)]
-    ready, done = threading.Event(), threading.Event()
-    thread = threading.Thread(
-        target=asyncio.run, args=(_queued_loop(Bare(watched), root / f"queued{n}.csv", interval, ready, done),),
-        name="queued", daemon=True,
-    )
-
-    def begin() -> None:
-        thread.start()
-        ready.wait()
-
-    def end() -> None:
-        done.set()
-        thread.join()
-
-    return _run_with(begin, end, watched, seconds, interval)
+    """The queued floor's run: scenario 6's bare loop, its records formatted at the append."""
+    return _floor(root, n, targets, seconds, interval, queued=True)
 
 
 def _split(rounds: int, seconds: float) -> None:
