@@ -10,7 +10,7 @@ asleep instead of training, and after a warm-up counts, with
 ends: the count per ``stats()`` call begun in the window, and the functions
 that ran the most. Tracing makes each bytecode far slower, so the counts say
 how much Python work a poll is, not how long it takes: a poll's C calls (a
-dict copy, the ``repr`` of a float) count as one bytecode each.
+dict copy, the ``repr`` of a float) count only as the bytecodes that make them.
 """
 
 from __future__ import annotations
