@@ -27,9 +27,11 @@ from typing import Any
 from .. import bench_trainer
 from .._common import quiet
 from ..bench_trainer import _floor, _ours
+from .queued import LOOPS as TIMED
+from .queued import _queued
 
-LOOPS = ("monitor-async-loop", "floor", "queued")
-"""The loop threads counted: ours, the bare loop, the queued floor."""
+LOOPS = (*TIMED, "floor")
+"""The loop threads counted: ours and the queued floor (those ``queued --split`` times), and the bare loop."""
 
 
 def count(run: Any, warm: float, window: float, top: int) -> tuple[float, list[tuple[str, float]]]:
@@ -82,7 +84,7 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=12, help="functions listed for each")
     args = parser.parse_args()
     quiet()
-    runs = {"ours": _ours, "bare loop": _floor, "queued floor": lambda *a: _floor(*a, queued=True)}
+    runs = {"ours": _ours, "bare loop": _floor, "queued floor": _queued}
     totals: dict[str, float] = {}
     for name, run in runs.items():
         totals[name], functions = count(run, args.warm, args.window, args.top)
