@@ -184,10 +184,17 @@ async def _awaited(step: Awaitable[Any]) -> None:
 
 
 def _forget_in_child() -> None:
-    """After ``os.fork()`` in the child: the loops stayed in the parent, so a signal only passes on here."""
-    global _ending
+    """After ``os.fork()`` in the child: the loops stayed in the parent, so the handlers from before ours come back.
+
+    With none of ours left, a signal does in the child what it would have done without monitor-async, at
+    once: a Python handler would run only at the child's next bytecode, after a ``time.sleep()`` it came
+    just before. The lock is made anew: a thread of the parent may have held it at the fork.
+    """
+    global _ending, _lock
+    _lock = threading.RLock()
     _running.clear()
     _ending = None
+    settle()
 
 
 if hasattr(os, "register_at_fork"):

@@ -276,3 +276,30 @@ def test_a_forked_child_ends_by_the_signal_at_once() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     sig, took = out.stdout.split()
     assert int(sig) == signal.SIGTERM and float(took) < 3.0
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork() only")
+def test_a_forked_child_has_the_handlers_from_before_the_monitor() -> None:
+    # what makes "at once" hold whenever the signal comes: no Python handler of ours is left in the child to
+    # wait for its next bytecode (a signal just before a time.sleep() would wait the whole sleep)
+    code = textwrap.dedent(
+        """
+        import os, signal
+        from monitor_async import SyncMonitor
+        from monitor_async.backends import MemorySink
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        with SyncMonitor(MemorySink(), poll_interval=5) as monitor:
+            monitor.watch(stats_fn=lambda: {"x": 1}, name="x")
+            parent = signal.getsignal(signal.SIGTERM)
+            read, write = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                ok = signal.getsignal(signal.SIGTERM) is signal.SIG_DFL and signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+                os.write(write, b"y" if ok else b"n")
+                os._exit(0)
+            os.waitpid(pid, 0)
+            print(parent.__name__, os.read(read, 1).decode())
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.split() == ["_on_signal", "y"], out.stdout
