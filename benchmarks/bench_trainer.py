@@ -22,7 +22,7 @@ TorchRL's is ``LoggerMonitor(CSVLogger)`` (its polling thread). Three figures:
   GIL, makes only a handful of ``stats()`` calls in the window (the note
   says how many), so its figure says more about that than about a poll.
 
-Three floors run in the same rounds, polling the same targets at the same
+Four floors run in the same rounds, polling the same targets at the same
 rate into the same CSV rows with no monitor:
 
 - the plain thread (:class:`PlainThread`): a ``threading.Thread`` with no
@@ -43,6 +43,11 @@ rate into the same CSV rows with no monitor:
   dropped: what an event loop thread spends on these polls, records and
   rows before any write. Its ratio to the plain thread (which does write)
   is printed beside it.
+- the queued floor: the bare loop keeping each tick's records and
+  formatting them at the append, as a writer fed by a queue formats them
+  (formatting in the poll would let a slow sink delay polling): the least a
+  monitor does beyond the bare loop. Its ratio to the bare loop is printed
+  beside it, and ours over it in the CPU note.
 
 They tell what polling these targets from a second thread costs the trainer
 on this machine, whatever does it: how much of the loss is the monitor's
@@ -236,7 +241,7 @@ async def _bare_loop(
     passes of the loop per tick). With no ``path`` the rows are formatted
     and dropped: nothing is written. With ``queued``, each tick's records are
     kept and formatted at the append, as a writer fed by a queue formats them
-    (``python -m benchmarks.probes.queued``).
+    (the queued floor; ``python -m benchmarks.probes.queued`` times its callbacks beside ours).
     """
     file = None if path is None else LineFile(path, "floor", header=CSVSink.header)
     try:
@@ -348,6 +353,7 @@ def run(
     plain: list[Run] = []
     floor: list[Run] = []
     silent: list[Run] = []  # the bare loop that writes nothing
+    queued: list[Run] = []  # the bare loop that formats each tick's records later, at the append
     theirs: list[Run] = []
     train(0.5)  # warm up the CPU and the interpreter
     with tempfile.TemporaryDirectory(prefix="monitor-async-bench-") as tmp:
@@ -358,6 +364,7 @@ def run(
             lambda n: plain.append(_plain(root, n, targets, seconds, interval)),
             lambda n: floor.append(_floor(root, n, targets, seconds, interval)),
             lambda n: silent.append(_floor(None, n, targets, seconds, interval)),
+            lambda n: queued.append(_floor(root, n, targets, seconds, interval, queued=True)),
         ]
         if with_torchrl:
             runs.append(lambda n: theirs.append(_theirs(root, n, targets, seconds, interval)))
@@ -380,7 +387,7 @@ def run(
     polls_ours = statistics.median(run.kept for run in ours)
     polls_theirs = statistics.median(run.kept for run in theirs) if theirs else None
     cpu_ours, cpu_plain, cpu_floor, cpu_theirs = per_poll(ours), per_poll(plain), per_poll(floor), per_poll(theirs)
-    cpu_silent = per_poll(silent)
+    cpu_silent, cpu_queued = per_poll(silent), per_poll(queued)
 
     def over_rounds(variant: list[Run], under: list[Run]) -> list[float]:
         """``variant`` over the floor ``under``, round by round, sorted."""
@@ -394,11 +401,13 @@ def run(
     over_loop = over_rounds(ours, floor)
     over_floor = statistics.median(over_loop) if over_loop else None
     silent_over = over_rounds(silent, plain)
+    queued_over = over_rounds(queued, floor)
+    over_queued = over_rounds(ours, queued)
     scenario = f"6. CPU-bound trainer, monitor in background ({targets} targets at {hz:g} Hz into CSV)"
     pauses = (
         f"trainer time lost in pauses: alone {paused(alone):.1%}, ours {paused(ours):.1%}, "
         f"plain thread {paused(plain):.1%}, bare loop {paused(floor):.1%}, bare loop writing nothing "
-        f"{paused(silent):.1%}"
+        f"{paused(silent):.1%}, queued floor {paused(queued):.1%}"
     )
     if theirs:
         pauses += f", TorchRL {paused(theirs):.1%}"
@@ -410,7 +419,7 @@ def run(
     cpu_note = (
         f"medians of {repeat} rounds, process CPU less the trainer thread's between start() and stop(), "
         f"per stats() call: ours {_us(cpu_ours)}, plain thread {_us(cpu_plain)}, bare loop {_us(cpu_floor)}, "
-        f"bare loop writing nothing {_us(cpu_silent)}"
+        f"bare loop writing nothing {_us(cpu_silent)}, queued floor {_us(cpu_queued)}"
     )
     if theirs:
         cpu_note += (
@@ -420,6 +429,11 @@ def run(
     if over_loop:
         cpu_note += (
             f"; ours / bare loop round by round: median {over_floor:.2f}x ({over_loop[0]:.2f}x to {over_loop[-1]:.2f}x)"
+        )
+    if over_queued:
+        cpu_note += (
+            f"; ours / queued floor round by round: median {statistics.median(over_queued):.2f}x "
+            f"({over_queued[0]:.2f}x to {over_queued[-1]:.2f}x)"
         )
     if over:
         cpu_note += (
@@ -447,6 +461,18 @@ def run(
         Row(scenario, "floor: CPU per poll, bare asyncio loop thread", _figure(cpu_floor), unit="us",
             note="what the event loop and aiofiles cost beside the plain thread, apart from the monitor",
             who="floor"),
+        Row(scenario, "floor: CPU per poll, bare asyncio loop keeping each tick's records for a writer",
+            _figure(cpu_queued), unit="us", floor=cpu_floor,
+            floor_ratio=statistics.median(queued_over) if queued_over else None,
+            note=(
+                "the queued floor: the bare loop, each tick's records kept and formatted at the append, as a "
+                "writer fed by a queue formats them (formatting in the poll would let a slow sink delay polling): "
+                "the least a monitor does beyond the bare loop; over the bare loop "
+                + (
+                    f"round by round: median {statistics.median(queued_over):.2f}x "
+                    f"({queued_over[0]:.2f}x to {queued_over[-1]:.2f}x)" if queued_over else "n/a"
+                )
+            ), who="floor"),
         Row(scenario, "floor: CPU per poll, bare asyncio loop thread writing nothing", _figure(cpu_silent),
             unit="us", floor=cpu_plain, floor_ratio=statistics.median(silent_over) if silent_over else None,
             note=(

@@ -1,7 +1,8 @@
 """What formatting a tick's records later costs scenario 6's bare loop: ``python -m benchmarks.probes.queued``.
 
-A probe, not a scenario of the suite (it reaches into the scenario's private
-helpers). Scenario 6's bare loop formats each tick's CSV rows in the tick,
+A probe beside the suite (it reaches into the scenario's private helpers;
+scenario 6 measures the queued floor too, as one of its floors, in its own
+rounds). Scenario 6's bare loop formats each tick's CSV rows in the tick,
 while its records are fresh in the cache, and appends five ticks' text at
 once. A monitor cannot: its writer formats what its queue gathered, after
 the polls that made it (formatting in the poll would make a slow sink delay

@@ -115,7 +115,7 @@ def test_file_and_trainer_scenarios_measure_ours_beside_the_floor(tmp_path: Path
     trainer = _rows(tmp_path, "--only", "trainer", "--no-torchrl", "--set", "targets=3", "--set", "seconds=0.3",
                     "--set", "repeat=1")
     floors = [r for r in files + trainer if r["measure"].startswith("floor:")]
-    assert len(floors) == 6 and all(r["goal"] is None and r["ours"] > 0 and r["who"] == "floor" for r in floors)
+    assert len(floors) == 7 and all(r["goal"] is None and r["ours"] > 0 and r["who"] == "floor" for r in floors)
     speeds = [r for r in floors[1:] if r["measure"].startswith("floor: speed kept")]
     assert len(speeds) == 2
     assert all(float(r["note"].rsplit(": ", 1)[1]) > 0.5 for r in speeds)  # the share of its slots each floor polled
@@ -128,6 +128,10 @@ def test_file_and_trainer_scenarios_measure_ours_beside_the_floor(tmp_path: Path
     assert math.isclose(cpu["floor"], loop["ours"], rel_tol=1e-6)
     silent = next(r for r in floors if "writing nothing" in r["measure"])  # the event loop's own floor, ratio beside
     assert math.isclose(silent["floor"], plain["ours"], rel_tol=1e-6) and silent["floor_ratio"] > 0
+    # the least a monitor's writer must do beyond the bare loop: keep each tick's records and format them later
+    queued = next(r for r in floors if "keeping each tick's records" in r["measure"])
+    assert math.isclose(queued["floor"], loop["ours"], rel_tol=1e-6) and queued["floor_ratio"] > 0
+    assert "ours / queued floor round by round" in cpu["note"]
 
 
 def test_scale_scenario_measures_the_floors_beside_the_monitor(tmp_path: Path) -> None:
