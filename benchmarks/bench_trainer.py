@@ -396,8 +396,13 @@ def run(
             if a is not None and b is not None and b > 0
         )
 
+    def spread(ratios: list[float]) -> str:
+        """Sorted per-round ratios as the notes print them, or ``n/a`` with none."""
+        if not ratios:
+            return "n/a"
+        return f"round by round: median {statistics.median(ratios):.2f}x ({ratios[0]:.2f}x to {ratios[-1]:.2f}x)"
+
     over = over_rounds(ours, plain)
-    over_plain = statistics.median(over) if over else None
     over_loop = over_rounds(ours, floor)
     over_floor = statistics.median(over_loop) if over_loop else None
     silent_over = over_rounds(silent, plain)
@@ -426,19 +431,9 @@ def run(
             f", TorchRL {_us(cpu_theirs)} (over a median of "
             f"{statistics.median(run.polls for run in theirs):,.0f} polls a run)"
         )
-    if over_loop:
-        cpu_note += (
-            f"; ours / bare loop round by round: median {over_floor:.2f}x ({over_loop[0]:.2f}x to {over_loop[-1]:.2f}x)"
-        )
-    if over_queued:
-        cpu_note += (
-            f"; ours / queued floor round by round: median {statistics.median(over_queued):.2f}x "
-            f"({over_queued[0]:.2f}x to {over_queued[-1]:.2f}x)"
-        )
-    if over:
-        cpu_note += (
-            f"; ours / plain thread round by round: median {over_plain:.2f}x ({over[0]:.2f}x to {over[-1]:.2f}x)"
-        )
+    for under, ratios in (("bare loop", over_loop), ("queued floor", over_queued), ("plain thread", over)):
+        if ratios:
+            cpu_note += f"; ours / {under} {spread(ratios)}"
     return [
         Row(scenario, "trainer speed kept (vs no monitor)", statistics.median(rounds), speed_theirs,
             unit="share", goal=("min", 0.95), note=note),
@@ -467,20 +462,13 @@ def run(
             note=(
                 "the queued floor: the bare loop, each tick's records kept and formatted at the append, as a "
                 "writer fed by a queue formats them (formatting in the poll would let a slow sink delay polling): "
-                "the least a monitor does beyond the bare loop; over the bare loop "
-                + (
-                    f"round by round: median {statistics.median(queued_over):.2f}x "
-                    f"({queued_over[0]:.2f}x to {queued_over[-1]:.2f}x)" if queued_over else "n/a"
-                )
+                "the least a monitor does beyond the bare loop; over the bare loop " + spread(queued_over)
             ), who="floor"),
         Row(scenario, "floor: CPU per poll, bare asyncio loop thread writing nothing", _figure(cpu_silent),
             unit="us", floor=cpu_plain, floor_ratio=statistics.median(silent_over) if silent_over else None,
             note=(
                 "the bare loop's polls and CSV rows, the rows dropped instead of appended: what an event loop "
                 "costs beside the plain thread (which does write) before any write; over the plain thread "
-                + (
-                    f"round by round: median {statistics.median(silent_over):.2f}x "
-                    f"({silent_over[0]:.2f}x to {silent_over[-1]:.2f}x)" if silent_over else "n/a"
-                )
+                + spread(silent_over)
             ), who="floor"),
     ]

@@ -66,13 +66,14 @@ def count(run: Any, warm: float, window: float, top: int) -> tuple[float, list[t
         counting.clear()
         return 1.0, 0.0
 
-    bench_trainer.train = asleep
+    train, bench_trainer.train = bench_trainer.train, asleep
     threading.settrace(tracer)
     try:
         with tempfile.TemporaryDirectory(prefix="monitor-async-probe-") as tmp:
             run(Path(tmp), 0, 100, warm + window, 0.05)
     finally:
         threading.settrace(None)  # type: ignore[arg-type]
+        bench_trainer.train = train
     n = max(1, polls[0])
     return sum(counts.values()) / n, [(key, value / n) for key, value in counts.most_common(top)]
 
